@@ -1,0 +1,19 @@
+"""tutor: the companion package of the "Transformers from scratch" notebooks.
+
+- ``tutor.reference``: model answers for every exercise, one module per concept.
+- ``tutor.checks``: one check per exercise, e.g. ``tutor.checks.softmax(softmax)``.
+- ``tutor.catalog``: the list of exercises (name, notebook, what the learner writes).
+- ``tutor.data``: the names data set, the alphabet and batching.
+- ``tutor.shapes``: shape-checking asserts such as ``expect_shape(x, "B T C")``.
+- ``tutor.viz``: heatmaps, plots and widgets (each with a static fallback).
+"""
+
+__version__ = "0.1.0"
+
+# The repository the notebooks install from on Colab. Forks change it here and in the
+# first cell of each notebook (a test checks that they agree).
+REPO_URL = "https://github.com/transformers-from-scratch/course"
+
+from tutor.device import get_device, seed_everything  # noqa: E402
+
+__all__ = ["REPO_URL", "get_device", "seed_everything", "__version__"]

@@ -1,0 +1,472 @@
+"""The machinery every check shares.
+
+A check is a function decorated with :func:`check`. Its body runs the learner's object on
+several cases and compares with ``tutor.reference``; when something differs it raises
+:class:`Mismatch` with a message a beginner can act on. The decorator turns everything that can
+happen inside learner code (an exception, ``NotImplementedError``, a wrong type, NaN, a hang)
+into a :class:`CheckResult`, so a check never crashes the notebook.
+
+Set the environment variable ``TUTOR_STRICT=1`` to make a check that does not pass raise
+:class:`CheckFailed` after showing its result: CI runs the solution notebooks that way, and an
+instructor can grade a notebook by running it so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import html
+import os
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+from tutor import catalog
+
+# The last result of every check, by name (see ``yours_or_reference``).
+RESULTS: dict[str, "CheckResult"] = {}
+
+DEFAULT_TIMEOUT = 20.0  # seconds a check may run before we assume learner code hangs
+
+
+# --------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check. ``passed`` is a bool; it prints as one short block."""
+
+    name: str
+    status: str  # "passed", "failed" or "not done"
+    summary: str
+    details: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def not_done(self) -> bool:
+        return self.status == "not done"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def icon(self) -> str:
+        return {"passed": "✅", "failed": "❌", "not done": "⏳"}[self.status]
+
+    def __str__(self) -> str:
+        lines = [f"{self.icon} {self.name}: {self.summary}"]
+        lines += [f"   {line}" for line in self.details]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = {"passed": "#e6f4ea", "failed": "#fce8e6", "not done": "#fef7e0"}[self.status]
+        border = {"passed": "#34a853", "failed": "#d93025", "not done": "#f9ab00"}[self.status]
+        body = "".join(f"<div style='margin-left:1.6em'>{html.escape(d)}</div>" for d in self.details)
+        return (
+            f"<div style='background:{colour};border-left:4px solid {border};padding:4px 8px;"
+            f"font-family:monospace;white-space:pre-wrap'>"
+            f"<b>{self.icon} {html.escape(self.name)}</b>: {html.escape(self.summary)}{body}</div>"
+        )
+
+
+class CheckFailed(AssertionError):
+    """Raised after a check that did not pass, only when ``TUTOR_STRICT=1``."""
+
+
+# --------------------------------------------------------------------------------------
+# What a check body raises
+
+
+class Mismatch(Exception):
+    """The learner's result differs from the reference.
+
+    ``summary`` is one line ("wrong values"), ``details`` explain (expected vs got), ``hint``
+    names the likely cause.
+    """
+
+    def __init__(self, summary: str, details: list[str] | str = (), hint: str | None = None):
+        super().__init__(summary)
+        self.summary = summary
+        self.details = [details] if isinstance(details, str) else list(details)
+        self.hint = hint
+        self.case: str | None = None
+
+
+class NotDone(Exception):
+    """The learner's code still raises ``NotImplementedError``."""
+
+
+class LearnerError(Exception):
+    """The learner's code raised an exception."""
+
+    def __init__(self, what: str, error: BaseException):
+        super().__init__(what)
+        self.what = what
+        self.error = error
+        self.where = _learner_frame(error)
+
+
+class CheckTimeout(Exception):
+    pass
+
+
+def _learner_frame(error: BaseException) -> str | None:
+    """'line 4: return x / x.sum()' for the innermost frame outside torch and tutor."""
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        fname = frame.filename.replace("\\", "/")
+        if "/tutor/" in fname or "/torch/" in fname or "/site-packages/" in fname:
+            continue
+        if "/lib/python" in fname:
+            continue
+        code = (frame.line or "").strip()
+        return f"line {frame.lineno} in {frame.name}(): {code}" if code else f"line {frame.lineno} in {frame.name}()"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Running learner code safely
+
+
+_current_case: list[str] = []
+
+
+@contextlib.contextmanager
+def case(label: str):
+    """Label the case being run, so that a mismatch says which input showed it."""
+    _current_case.append(label)
+    try:
+        yield
+    except Mismatch as m:
+        if m.case is None:
+            m.case = label
+        raise
+    finally:
+        _current_case.pop()
+
+
+def call(fn, *args, what: str | None = None, **kwargs):
+    """Call learner code; turn its exceptions into ``NotDone`` or ``LearnerError``."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise NotDone() from None
+    except (Mismatch, NotDone, CheckTimeout, LearnerError):
+        raise
+    except Exception as error:  # anything the learner's code raised
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+        raise LearnerError(what or f"{name}(...)", error) from error
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Interrupt a hang with SIGALRM where we can (POSIX, main thread)."""
+    usable = (
+        seconds
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise CheckTimeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def strict() -> bool:
+    return os.environ.get("TUTOR_STRICT", "").lower() in {"1", "true", "yes"}
+
+
+def check(name: str, timeout: float = DEFAULT_TIMEOUT):
+    """Turn a check body ``body(obj) -> str | None`` into a check that never raises.
+
+    The body returns an optional short note for the success message (e.g. "6 cases").
+    """
+    exercise = catalog.BY_NAME[name]
+
+    def decorate(body):
+        @functools.wraps(body)
+        def run(obj=None) -> CheckResult:
+            start = time.perf_counter()
+            result = _run(name, exercise, body, obj, timeout)
+            result.seconds = time.perf_counter() - start
+            RESULTS[name] = result
+            if strict() and not result.passed:
+                raise CheckFailed(str(result))
+            return result
+
+        run.exercise = exercise
+        return run
+
+    return decorate
+
+
+def _run(name, exercise, body, obj, timeout) -> CheckResult:
+    if obj is None or not callable(obj):
+        kind = "class" if exercise.learner_name[:1].isupper() else "function"
+        return CheckResult(
+            name, "failed", f"pass your {kind} itself, e.g. checks.{name}({exercise.learner_name})",
+            [f"got {type(obj).__name__}: {obj!r:.80}"],
+        )
+    try:
+        with torch.random.fork_rng(devices=[]), _time_limit(timeout):
+            torch.manual_seed(0)
+            note = body(obj)
+    except NotDone:
+        return CheckResult(
+            name, "not done", "not done yet",
+            ["replace `raise NotImplementedError()` with your code, then run this cell again"],
+        )
+    except Mismatch as m:
+        details = list(m.details)
+        if m.hint:
+            details.append(f"Likely cause: {m.hint}")
+        summary = m.summary if m.case is None else f"{m.summary} (case: {m.case})"
+        return CheckResult(name, "failed", summary, details)
+    except LearnerError as e:
+        details = [f"{type(e.error).__name__}: {e.error}"]
+        if e.where:
+            details.append(f"at {e.where}")
+        case_label = f" (case: {_current_case[-1]})" if _current_case else ""
+        _current_case.clear()
+        return CheckResult(name, "failed", f"your code raised an exception while running {e.what}{case_label}", details)
+    except CheckTimeout:
+        _current_case.clear()
+        return CheckResult(
+            name, "failed", f"your code ran for more than {timeout:.0f} s and was stopped",
+            ["is there a loop that never ends, or a much larger computation than needed?"],
+        )
+    except KeyboardInterrupt:
+        _current_case.clear()
+        return CheckResult(name, "failed", "interrupted", [])
+    except Exception as error:  # pragma: no cover - a bug in the check itself, or a very odd object
+        _current_case.clear()
+        return CheckResult(
+            name, "failed", "the check could not run your code",
+            [f"{type(error).__name__}: {error}"],
+        )
+    return CheckResult(name, "passed", "passed" + (f" ({note})" if note else ""))
+
+
+# --------------------------------------------------------------------------------------
+# Comparing tensors
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _tuple(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool = True) -> torch.Tensor:
+    """``got`` is a tensor with the type, shape, device and dtype of ``expected``, and is finite where it is."""
+    if not isinstance(got, torch.Tensor):
+        hint = None
+        if got is None:
+            hint = "your function returns nothing: did you forget `return`?"
+        elif isinstance(got, (list, tuple)):
+            hint = "build the result with torch operations, not a Python list"
+        elif type(got).__module__.startswith("numpy"):
+            hint = "stay in torch: use torch functions instead of numpy ones"
+        raise Mismatch(f"{what} should be a torch.Tensor, got {type(got).__name__}", hint=hint)
+    if tuple(got.shape) != tuple(expected.shape):
+        raise shape_mismatch(got.shape, expected.shape, what)
+    if got.device != expected.device:
+        raise Mismatch(
+            f"{what} is on device {got.device}, expected {expected.device}",
+            hint="create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
+        )
+    if check_dtype and got.dtype != expected.dtype:
+        hint = None
+        if got.dtype == torch.float64 and expected.dtype == torch.float32:
+            hint = "a float64 tensor crept in; pass dtype=torch.float32 or use torch functions on the input"
+        elif not got.dtype.is_floating_point and expected.dtype.is_floating_point:
+            hint = "the result should be floating point; convert with .float()"
+        raise Mismatch(f"{what} has dtype {got.dtype}, expected {expected.dtype}", hint=hint)
+    if got.dtype.is_floating_point or got.is_complex():
+        bad = ~torch.isfinite(got) & torch.isfinite(expected)
+        if bad.any():
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            raise Mismatch(
+                f"{what} contains {_fmt(got[index].item())} where a finite number is expected",
+                [f"first at index {list(index)}: expected {_fmt(expected[index].item())}, got {_fmt(got[index].item())}"],
+                hint="exp() overflows for large inputs: subtract the maximum before exponentiating",
+            )
+    return got
+
+
+def shape_mismatch(got_shape, expected_shape, what: str) -> Mismatch:
+    got_shape, expected_shape = tuple(got_shape), tuple(expected_shape)
+    details = [f"expected shape {_tuple(expected_shape)}, got {_tuple(got_shape)}"]
+    hint = None
+    if len(got_shape) != len(expected_shape):
+        details.append(f"expected {len(expected_shape)} dimensions, got {len(got_shape)}")
+    else:
+        axes = [i for i, (g, e) in enumerate(zip(got_shape, expected_shape)) if g != e]
+        for i in axes[:2]:
+            details.append(f"axis {i - len(expected_shape)}: expected size {expected_shape[i]}, got {got_shape[i]}")
+        if sorted(got_shape) == sorted(expected_shape):
+            hint = "the sizes are right but in the wrong order: check which axes you transpose or permute"
+    return Mismatch(f"{what} has the wrong shape", details, hint)
+
+
+def first_difference(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str:
+    g, e = got.detach().double().cpu(), expected.detach().double().cpu()
+    close = torch.isclose(g, e, atol=atol, rtol=rtol, equal_nan=True)
+    index = tuple(int(i) for i in (~close).nonzero()[0])
+    worst = (g - e).abs().nan_to_num(nan=float("inf")).max().item()
+    where = list(index) if index else "[] (a scalar)"
+    return (f"first difference at index {where}: expected {_fmt(e[index].item())}, "
+            f"got {_fmt(g[index].item())} (largest difference {_fmt(worst)})")
+
+
+def matches(got, candidate: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-3) -> bool:
+    """Whether ``got`` equals ``candidate`` (used to recognise known mistakes)."""
+    try:
+        return (
+            isinstance(got, torch.Tensor)
+            and tuple(got.shape) == tuple(candidate.shape)
+            and torch.allclose(got.detach().double().cpu(), candidate.detach().double().cpu(),
+                               atol=atol, rtol=rtol, equal_nan=True)
+        )
+    except Exception:
+        return False
+
+
+def expect_close(
+    got,
+    expected: torch.Tensor,
+    what: str,
+    *,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    mistakes=(),
+    hint: str | None = None,
+    check_dtype: bool = True,
+) -> torch.Tensor:
+    """``got`` equals ``expected`` within tolerance.
+
+    ``mistakes`` is a sequence of ``(description, make_wrong_output)`` pairs: when the values
+    differ, each known-wrong output is computed and, if the learner's result equals it, its
+    description becomes the likely cause. Shape mistakes are recognised the same way.
+    """
+    try:
+        expect_tensor(got, expected, what, check_dtype=check_dtype)
+    except Mismatch as m:
+        cause = diagnose(got, mistakes)
+        if cause:
+            m.hint = cause
+        raise
+    if torch.allclose(got.detach().to(expected.dtype), expected, atol=atol, rtol=rtol, equal_nan=True):
+        return got
+    cause = diagnose(got, mistakes)
+    raise Mismatch(f"{what} has wrong values", first_difference(got, expected, atol, rtol), cause or hint)
+
+
+def diagnose(got, mistakes) -> str | None:
+    for description, make in mistakes:
+        try:
+            candidate = make() if callable(make) else make
+        except Exception:
+            continue
+        if isinstance(candidate, torch.Tensor) and matches(got, candidate):
+            return description
+    return None
+
+
+def expect_equal(got, expected, what: str, hint: str | None = None):
+    """Exact equality for Python values (lists, strings, ints)."""
+    if got != expected:
+        raise Mismatch(f"{what} is wrong", [f"expected {expected!r}", f"got      {got!r}"], hint)
+    return got
+
+
+# --------------------------------------------------------------------------------------
+# Modules
+
+
+def build(cls, *args, what: str | None = None, **kwargs):
+    """Instantiate the learner's class, reporting a failing constructor clearly."""
+    label = what or f"{getattr(cls, '__name__', cls)}({', '.join([repr(a) for a in args] + [f'{k}={v!r}' for k, v in kwargs.items()])})"
+    module = call(cls, *args, what=label, **kwargs)
+    if not isinstance(module, torch.nn.Module):
+        raise Mismatch(f"{label} is not a torch.nn.Module",
+                       hint="subclass nn.Module and call super().__init__() first in __init__")
+    return module
+
+
+def load_reference_weights(learner: torch.nn.Module, reference: torch.nn.Module, what: str) -> None:
+    """Copy every parameter of ``reference`` into the parameter of the same name in ``learner``.
+
+    Extra buffers are allowed; a missing parameter, an extra parameter or a wrong shape is a
+    mismatch that names the attribute.
+    """
+    mine = dict(learner.named_parameters())
+    theirs = dict(reference.named_parameters())
+    for name, param in theirs.items():
+        if name not in mine:
+            owner = name.rsplit(".", 1)[0]
+            hint = f"create it in __init__ as self.{owner} = ..." if "." in name else f"create self.{name} = nn.Parameter(...) in __init__"
+            raise Mismatch(f"{what} has no parameter `{name}`", [f"expected a parameter of shape {_tuple(param.shape)}"], hint)
+        if tuple(mine[name].shape) != tuple(param.shape):
+            hint = None
+            if mine[name].dim() == 2 and tuple(mine[name].shape) == tuple(param.shape)[::-1]:
+                hint = "nn.Linear(in_features, out_features) takes the input width first"
+            raise Mismatch(f"`{name}` in {what} has shape {_tuple(mine[name].shape)}, expected {_tuple(param.shape)}",
+                           hint=hint)
+    extra = [n for n in mine if n not in theirs]
+    if extra:
+        hint = "the exercise asks for layers without bias: pass bias=False" if any(n.endswith("bias") for n in extra) else None
+        raise Mismatch(f"{what} has parameters the exercise does not ask for: {', '.join(extra[:4])}", hint=hint)
+    with torch.no_grad():
+        for name, param in theirs.items():
+            mine[name].copy_(param)
+
+
+# --------------------------------------------------------------------------------------
+# Using the learner's work later in a notebook
+
+
+def yours_or_reference(obj, check_name: str | None = None):
+    """The learner's ``obj`` if its check passed, else the model answer from ``tutor.reference``.
+
+    Cells after an exercise use this, so a notebook runs top to bottom before the learner has
+    done every exercise, and uses the learner's own code once it is correct.
+    """
+    from tutor import reference
+
+    name = check_name or getattr(obj, "__name__", None)
+    exercise = catalog.BY_NAME.get(name) or next(
+        (e for e in catalog.EXERCISES if e.learner_name == name), None
+    )
+    if exercise is None:
+        raise ValueError(f"no exercise is called {name!r}; pass check_name=")
+    result = RESULTS.get(exercise.name)
+    if result is not None and result.passed:
+        return obj
+    print(f"(using tutor.reference.{exercise.reference}: the check `{exercise.name}` has not passed yet)")
+    return getattr(reference, exercise.reference)

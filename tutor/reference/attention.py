@@ -1,0 +1,115 @@
+"""Attention, from one-hot vectors to multi-head attention (notebooks 01-04)."""
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+# --- 01: dot-product attention on "laika" ---------------------------------------------
+
+
+def similarity(x: torch.Tensor) -> torch.Tensor:
+    """[..., T, C] -> [..., T, T]: the dot product of every row with every row."""
+    return x @ x.transpose(-2, -1)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Numerically stable softmax along ``dim``: subtract the max before exponentiating."""
+    x = x - x.max(dim=dim, keepdim=True).values
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def dot_product_attention(x: torch.Tensor) -> torch.Tensor:
+    """[..., T, C] -> [..., T, C]: softmax(x xᵀ) x, each row a weighted average of the rows."""
+    return softmax(similarity(x), dim=-1) @ x
+
+
+# --- 02: queries, keys and values (the mask is completed in 03) -------------------------
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    """q [..., Tq, d_k], k [..., Tk, d_k], v [..., Tk, d_v] -> [..., Tq, d_v].
+
+    ``mask`` is boolean, broadcastable to [..., Tq, Tk]; True means "may attend".
+    """
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    return weights @ v
+
+
+class AttentionHead(nn.Module):
+    """One (non-causal) attention head: project to q, k, v, then scaled dot-product attention."""
+
+    def __init__(self, d_model: int, d_head: int):
+        super().__init__()
+        self.query = nn.Linear(d_model, d_head, bias=False)
+        self.key = nn.Linear(d_model, d_head, bias=False)
+        self.value = nn.Linear(d_model, d_head, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        return scaled_dot_product_attention(q, k, v)
+
+
+# --- 03: masks ----------------------------------------------------------------------------
+
+
+def causal_mask(T: int, device=None) -> torch.Tensor:
+    """BoolTensor [T, T]: position t may attend to positions 0..t (lower triangle, diagonal included)."""
+    return torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
+
+
+def padding_mask(ids: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
+    """ids [B, T] -> BoolTensor [B, 1, T]: True for keys that are real tokens, False for padding."""
+    return (ids != pad_id).unsqueeze(-2)
+
+
+# --- 04: multi-head attention -------------------------------------------------------------
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[B, T, C] -> [B, H, T, C/H]; head h gets columns h*d_head:(h+1)*d_head."""
+    B, T, C = x.shape
+    return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, T, d_head] -> [B, T, H*d_head], the inverse of split_heads."""
+    B, H, T, d_head = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * d_head)
+
+
+class MultiHeadAttention(nn.Module):
+    """H attention heads in parallel on slices of the width, then an output projection."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool = True, dropout: float = 0.0):
+        super().__init__()
+        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
+        self.n_heads = n_heads
+        self.causal = causal
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q = split_heads(self.q_proj(x), self.n_heads)  # [B, H, T, d_head]
+        k = split_heads(self.k_proj(x), self.n_heads)
+        v = split_heads(self.v_proj(x), self.n_heads)
+        if mask is not None:
+            mask = mask.unsqueeze(-3)  # add the head axis: [B, 1, T, T] or [1, T, T]
+        if self.causal:
+            causal = causal_mask(T, device=x.device)
+            mask = causal if mask is None else mask & causal
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = self.dropout(softmax(scores, dim=-1))
+        return self.out_proj(merge_heads(weights @ v))

@@ -1,0 +1,84 @@
+"""Normalisation, feed-forward layers and the pre-norm transformer block (notebook 06)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tutor.reference.attention import MultiHeadAttention
+
+
+class LayerNorm(nn.Module):
+    """Normalise each vector to mean 0 and variance 1 (biased), then scale and shift."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()  # half-precision input is normalised in float32
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        x = (x - mean) / torch.sqrt(var + self.eps)
+        return (x * self.weight.float() + self.bias.float()).to(dtype)
+
+
+class RMSNorm(nn.Module):
+    """Divide each vector by its root mean square, then scale (no mean, no bias)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (x / rms * self.weight.float()).to(dtype)
+
+
+class MLP(nn.Module):
+    """The position-wise feed-forward network: proj(gelu(fc(x))), then dropout."""
+
+    def __init__(self, d_model: int, d_hidden: int | None = None, dropout: float = 0.0):
+        super().__init__()
+        d_hidden = d_hidden or 4 * d_model
+        self.fc = nn.Linear(d_model, d_hidden)
+        self.act = nn.GELU()
+        self.proj = nn.Linear(d_hidden, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.proj(self.act(self.fc(x))))
+
+
+class SwiGLU(nn.Module):
+    """A gated feed-forward network: w2(silu(w1(x)) * w3(x)), no biases."""
+
+    def __init__(self, d_model: int, d_hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_hidden, bias=False)
+        self.w2 = nn.Linear(d_hidden, d_model, bias=False)
+        self.w3 = nn.Linear(d_model, d_hidden, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)). The residual stream is never normalised."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.ln1 = LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads, causal=True, dropout=dropout)
+        self.ln2 = LayerNorm(d_model)
+        self.mlp = MLP(d_model, dropout=dropout)
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.ln1(x), mask)
+        x = x + self.mlp(self.ln2(x))
+        return x
