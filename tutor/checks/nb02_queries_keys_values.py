@@ -1,0 +1,109 @@
+"""Checks for notebook 02: queries, keys and values."""
+
+import math
+
+import torch
+
+from tutor import reference as ref
+from tutor.checks._core import (
+    LearnerError, Mismatch, build, call, case, check, expect_close, load_reference_weights,
+)
+
+__all__ = ["scaled_dot_product_attention", "AttentionHead"]
+
+BATCH_HINT = ("it works without batch dimensions but not with them: transpose only the last two axes "
+              "of K with k.transpose(-2, -1) (k.T and k.transpose(0, 1) move the batch axes too)")
+
+
+def sdpa_mistakes(q, k, v, mask=None):
+    """Outputs of the classic mistakes in scaled dot-product attention."""
+    d_k, d_v = q.shape[-1], v.shape[-1]
+
+    def attend(scores, dim=-1):
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return ref.softmax(scores, dim=dim) @ v
+
+    raw = q @ k.transpose(-2, -1)
+    mistakes = [
+        ("the scores are not scaled: divide q kᵀ by sqrt(d_k)", lambda: attend(raw)),
+        ("the scores are divided by d_k; divide by sqrt(d_k)", lambda: attend(raw / d_k)),
+        ("the scores are multiplied by sqrt(d_k); divide instead", lambda: attend(raw * math.sqrt(d_k))),
+        ("softmax over the wrong axis: normalise over the keys, the last axis (dim=-1)", lambda: attend(raw / math.sqrt(d_k), dim=-2)),
+    ]
+    if d_v != d_k:
+        mistakes.insert(1, ("the scores are scaled by sqrt(d_v), the width of V; the scale is sqrt(d_k), the width of Q and K",
+                            lambda: attend(raw / math.sqrt(d_v))))
+    return mistakes
+
+
+def run_sdpa_case(fn, q, k, v, mask=None, what="the attention output"):
+    args = (q.clone(), k.clone(), v.clone()) + ((mask,) if mask is not None else ())
+    shapes = ", ".join(f"{n} {list(t.shape)}" for n, t in zip("qkv", (q, k, v)))
+    got = call(fn, *args, what=f"scaled_dot_product_attention({shapes}{', mask' if mask is not None else ''})")
+    expected = ref.scaled_dot_product_attention(q, k, v, mask)
+    hint = None
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(q.shape[:-1]) + (k.shape[-2],):
+        hint = "you returned the attention weights: multiply them by V"
+    expect_close(got, expected, what, atol=1e-5, mistakes=sdpa_mistakes(q, k, v, mask), hint=hint)
+    return got
+
+
+@check("scaled_dot_product_attention")
+def scaled_dot_product_attention(fn):
+    with case("no batch: q [4, 8], k [6, 8], v [6, 5]"):
+        q, k, v = torch.randn(4, 8), torch.randn(6, 8), torch.randn(6, 5)
+        run_sdpa_case(fn, q, k, v)
+    for label, (lead, tq, tk, dk, dv) in {
+        "batch [2, 3]: q [2, 3, 4, 8], k [2, 3, 6, 8], v [2, 3, 6, 5]": ((2, 3), 4, 6, 8, 5),
+        "batch [2]: d_k = d_v = 16": ((2,), 5, 5, 16, 16),
+        "T = 1": ((1,), 1, 1, 4, 3),
+    }.items():
+        with case(label):
+            q, k, v = torch.randn(*lead, tq, dk), torch.randn(*lead, tk, dk), torch.randn(*lead, tk, dv)
+            try:
+                run_sdpa_case(fn, q, k, v)
+            except LearnerError as e:
+                raise Mismatch("your code raised an exception on batched inputs",
+                               [f"{type(e.error).__name__}: {e.error}"] + ([f"at {e.where}"] if e.where else []),
+                               hint=BATCH_HINT) from None
+            except Mismatch as m:
+                if m.hint is None:
+                    m.hint = BATCH_HINT
+                raise
+    with case("large scores (q, k of size 30)"):
+        q, k, v = torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 3)
+        run_sdpa_case(fn, q, k, v)
+    return "5 cases, d_k ≠ d_v, batch dimensions"
+
+
+@check("AttentionHead")
+def AttentionHead(cls):
+    d_model, d_head = 16, 8
+    with case(f"AttentionHead({d_model}, {d_head})"):
+        head = build(cls, d_model, d_head)
+        reference = ref.AttentionHead(d_model, d_head)
+        load_reference_weights(head, reference, "your AttentionHead")
+    for label, shape in [("x [2, 5, 16]", (2, 5, 16)), ("x [1, 1, 16]", (1, 1, 16)), ("x [3, 7, 16]", (3, 7, 16))]:
+        with case(label):
+            x = torch.randn(*shape)
+            got = call(head, x.clone(), what=f"head(x) with x of shape {list(shape)}")
+            expected = reference(x)
+            expect_close(got, expected, "the head's output", atol=1e-5, mistakes=_head_mistakes(reference, x))
+    return "4 cases"
+
+
+def _head_mistakes(head, x):
+    q, k, v = head.query(x), head.key(x), head.value(x)
+    d_head, d_model = q.shape[-1], x.shape[-1]
+    T = x.shape[-2]
+    causal = ref.causal_mask(T)
+    return [
+        ("the scores are scaled by sqrt(d_model); the scale is sqrt(d_head), the width of q and k",
+         lambda: ref.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_model)) @ v),
+        ("the scores are not scaled: divide by sqrt(d_head)", lambda: ref.softmax(q @ k.transpose(-2, -1)) @ v),
+        ("this head is causal; in notebook 02 every position attends to every position (masks come in 03)",
+         lambda: ref.scaled_dot_product_attention(q, k, v, causal)),
+        ("queries and keys are swapped: the scores are query(x) @ key(x)ᵀ", lambda: ref.scaled_dot_product_attention(k, q, v)),
+        ("the values are wrong: multiply the weights by value(x)", lambda: ref.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head)) @ k),
+    ]

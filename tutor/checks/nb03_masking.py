@@ -1,0 +1,3 @@
+"""Checks for notebook 03."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Checks for notebook 04."""
+
+__all__: list[str] = []

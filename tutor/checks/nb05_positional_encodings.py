@@ -1,0 +1,3 @@
+"""Checks for notebook 05."""
+
+__all__: list[str] = []

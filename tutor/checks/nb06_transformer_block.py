@@ -1,0 +1,3 @@
+"""Checks for notebook 06."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Checks for notebook 07."""
+
+__all__: list[str] = []

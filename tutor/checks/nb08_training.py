@@ -1,0 +1,3 @@
+"""Checks for notebook 08."""
+
+__all__: list[str] = []

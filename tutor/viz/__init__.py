@@ -1,0 +1,8 @@
+"""Plots and widgets. Every widget displays with a static picture for GitHub and headless runs."""
+
+import matplotlib
+
+from tutor.viz.core import WithFallback, figure_png, heatmap, interactive  # noqa: F401
+from tutor.viz.attention import similarity_and_attention, word_explorer  # noqa: F401
+
+matplotlib.rcParams.setdefault("figure.dpi", 90)

@@ -1,0 +1,90 @@
+"""Plotting helpers every notebook uses: labelled heatmaps, and widgets with a static fallback."""
+
+import io
+
+import matplotlib.pyplot as plt
+import torch
+
+
+def _labels(tokens, n):
+    if tokens is None:
+        return [str(i) for i in range(n)]
+    tokens = list(tokens)
+    return [repr(t) if t in (" ", ".") else str(t) for t in tokens]
+
+
+def heatmap(matrix, row_tokens=None, col_tokens=None, *, title="", xlabel="key", ylabel="query",
+            ax=None, fmt=".2f", annotate=None, cmap="viridis", vmin=None, vmax=None, colorbar=True):
+    """Draw a 2-D matrix with a token label on every row and column, and its values written in.
+
+    ``annotate`` defaults to True for matrices up to 12x12.
+    """
+    m = matrix.detach().float().cpu() if isinstance(matrix, torch.Tensor) else torch.as_tensor(matrix, dtype=torch.float32)
+    assert m.dim() == 2, f"heatmap needs a 2-D matrix, got shape {tuple(m.shape)}"
+    rows, cols = m.shape
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(3.0, 0.55 * cols + 1.5), max(2.5, 0.5 * rows + 1.0)))
+    image = ax.imshow(m.numpy(), cmap=cmap, vmin=vmin, vmax=vmax)
+    ax.set_xticks(range(cols), _labels(col_tokens, cols))
+    ax.set_yticks(range(rows), _labels(row_tokens if row_tokens is not None else col_tokens, rows))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if annotate is None:
+        annotate = rows <= 12 and cols <= 12
+    if annotate:
+        lo, hi = float(m.min()), float(m.max())
+        for i in range(rows):
+            for j in range(cols):
+                value = float(m[i, j])
+                dark = hi > lo and (value - lo) / (hi - lo) < 0.5
+                ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=8,
+                        color="white" if dark else "black")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def figure_png(fig) -> bytes:
+    """The PNG bytes of a matplotlib figure (and close it)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight", dpi=90)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+class WithFallback:
+    """A widget that also carries a static PNG of its first state.
+
+    Jupyter shows the live widget; places that cannot run widgets (GitHub, nbviewer, a headless
+    run, a notebook reopened without its kernel) show the picture instead, because the output
+    holds both in one display bundle.
+    """
+
+    def __init__(self, widget, static_figure):
+        self.widget = widget
+        self.png = figure_png(static_figure)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = self.widget._repr_mimebundle_() if self.widget is not None else {}
+        bundle = dict(bundle or {})
+        bundle["image/png"] = self.png
+        bundle["text/plain"] = "(interactive widget: run the notebook to use it; showing a static picture)"
+        return bundle
+
+
+def interactive(draw, static_kwargs: dict, **controls):
+    """``draw(**values)`` makes a matplotlib figure; ``controls`` are ipywidgets.
+
+    Returns an object that displays as the live widget with a static fallback drawn with
+    ``static_kwargs``. Without ipywidgets it is just the static picture.
+    """
+    static = draw(**static_kwargs)
+    try:
+        import ipywidgets as widgets
+    except ImportError:  # pragma: no cover
+        return WithFallback(None, static)
+
+    out = widgets.interactive_output(lambda **kw: (draw(**kw), plt.show()), controls)
+    box = widgets.VBox([widgets.HBox(list(controls.values())), out])
+    return WithFallback(box, static)
