@@ -250,6 +250,10 @@ def _fallback_lines() -> tuple[list[str], str]:
 # -----------------------------------------------------------------------------
 # loading
 
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def _say(line: str) -> None:
     try:
         print(line)
@@ -257,7 +261,8 @@ def _say(line: str) -> None:
         print(line.encode("ascii", "replace").decode("ascii"))
 
 
-def load_names_with_source(path=None, *, verbose: bool = True, offline: bool | None = None) -> LoadedNames:
+def load_names_with_source(path=None, *, verbose: bool = True,
+                           offline: bool | None = None) -> LoadedNames:
     """Load and clean the names, and say where they came from. See the module docstring.
 
     ``path`` (or ``$TUTOR_NAMES``) is your own file, one name per line. ``offline=None`` reads
@@ -299,11 +304,13 @@ def load_names_with_source(path=None, *, verbose: bool = True, offline: bool | N
     names, dropped_chars, changed, dropped_names = clean_names(lines)
     if not names:
         what = "no names" if dropped_names == 0 else "no names made of the letters a–z"
-        raise ValueError(f"{location} contains {what} (expected a text file with one name per line)")
+        raise ValueError(f"{location} contains {what} "
+                         "(expected a text file with one name per line)")
     if dropped_chars:
-        remarks.append(f"dropped {dropped_chars:,} characters outside a–z from {changed:,} names")
+        remarks.append(f"dropped {_count(dropped_chars, 'character')} outside a–z "
+                       f"from {_count(changed, 'name')}")
     if dropped_names:
-        remarks.append(f"dropped {dropped_names:,} names with no letter a–z")
+        remarks.append(f"dropped {_count(dropped_names, 'name')} with no letter a–z")
 
     notice = f"Names: {len(names):,} {where}"
     if remarks:

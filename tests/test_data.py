@@ -1,0 +1,351 @@
+"""tutor.data: where the names come from, how they are cleaned, split and batched.
+
+These tests never touch the network: `_download` is replaced in every test (an autouse fixture
+makes any unexpected call fail), and the cache lives in `tmp_path`.
+"""
+
+import hashlib
+import re
+import socket
+import urllib.error
+
+import pytest
+import torch
+
+from conftest import ALLNAMES
+from tutor import data
+
+needs_seed_file = pytest.mark.skipif(not ALLNAMES.is_file(), reason=f"{ALLNAMES} is absent")
+LETTERS_ONLY = re.compile(r"^[a-z]+$")
+
+
+class FakeDownload:
+    """Stands in for `data._download`: serves `payload` (or raises `error`) and counts calls."""
+
+    def __init__(self, payload=None, error=None):
+        self.payload, self.error, self.calls = payload, error, []
+
+    def __call__(self, url, timeout):
+        self.calls.append((url, timeout))
+        if self.error is not None:
+            raise self.error
+        return self.payload
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    """Cache in tmp_path, no env overrides, and a download that fails the test if called."""
+    monkeypatch.setenv("TUTOR_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("TUTOR_NAMES", "TUTOR_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def no_network(url, timeout):
+        raise AssertionError(f"unexpected download of {url}")
+
+    monkeypatch.setattr(data, "_download", no_network)
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """The bytes a good download returns: the seed file if present, else a tiny synthetic file
+    (with the module's checksum patched to match)."""
+    if ALLNAMES.is_file():
+        payload = ALLNAMES.read_bytes()
+        assert hashlib.sha256(payload).hexdigest() == data.SHA256
+    else:
+        payload = b"Linda\nJames\nMichael\nRobert\nZzyzx\n"
+        monkeypatch.setattr(data, "SHA256", hashlib.sha256(payload).hexdigest())
+    return payload
+
+
+def expected_count(payload):
+    return len(payload.decode().split())
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -----------------------------------------------------------------------------
+# explicit sources
+
+def test_explicit_path(tmp_path, capsys):
+    f = write(tmp_path / "pets.txt", "Laika\nBelka\nStrelka\n")
+    loaded = data.load_names_with_source(f)
+    assert loaded.names == ["laika", "belka", "strelka"]
+    assert loaded.source == "file" and loaded.location == str(f)
+    out = capsys.readouterr().out
+    assert out == f"Names: 3 from {f}\n"
+    assert data.load_names(str(f), verbose=False) == ["laika", "belka", "strelka"]
+    assert capsys.readouterr().out == ""
+
+
+def test_env_var_path(tmp_path, monkeypatch, capsys):
+    f = write(tmp_path / "env.txt", "ada\ngrace\n")
+    monkeypatch.setenv("TUTOR_NAMES", str(f))
+    assert data.load_names() == ["ada", "grace"]
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("Names: 2 from ") and str(f) in out and "TUTOR_NAMES" in out
+    # an explicit path wins over the environment variable
+    g = write(tmp_path / "arg.txt", "alan\n")
+    assert data.load_names(g, verbose=False) == ["alan"]
+
+
+def test_missing_explicit_path_is_a_clear_error(tmp_path):
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))) as info:
+        data.load_names(missing)
+    assert "path=" in str(info.value)
+
+
+def test_missing_env_path_is_a_clear_error(tmp_path, monkeypatch):
+    missing = tmp_path / "gone.txt"
+    monkeypatch.setenv("TUTOR_NAMES", str(missing))
+    with pytest.raises(FileNotFoundError, match="TUTOR_NAMES") as info:
+        data.load_names()
+    assert str(missing) in str(info.value)
+
+
+def test_empty_file_is_a_clear_error(tmp_path):
+    f = write(tmp_path / "empty.txt", "\n  \n")
+    with pytest.raises(ValueError, match="contains no names"):
+        data.load_names(f)
+    g = write(tmp_path / "digits.txt", "123\n--\n")
+    with pytest.raises(ValueError, match="contains no names"):
+        data.load_names(g)
+
+
+# -----------------------------------------------------------------------------
+# cache and download
+
+def test_download_lands_in_cache_then_cache_is_used(monkeypatch, tmp_path, served, capsys):
+    fake = FakeDownload(served)
+    monkeypatch.setattr(data, "_download", fake)
+    first = data.load_names_with_source()
+    assert first.source == "download" and len(fake.calls) == 1
+    assert fake.calls[0] == (data.URLS[0], data.TIMEOUT)
+    cached = tmp_path / "cache" / data.FILENAME
+    assert cached.read_bytes() == served
+    assert [p.name for p in cached.parent.iterdir()] == [data.FILENAME]  # no temp file left
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "downloaded from" in out and str(cached) in out
+
+    second = data.load_names_with_source()
+    assert len(fake.calls) == 1  # not downloaded again
+    assert second.source == "cache" and second.names == first.names
+    assert len(second.names) == expected_count(served)
+    assert capsys.readouterr().out == f"Names: {len(second.names):,} from the cache ({cached})\n"
+
+
+def test_second_url_is_tried(monkeypatch, served):
+    calls = []
+
+    def flaky(url, timeout):
+        calls.append(url)
+        if url == data.URLS[0]:
+            raise urllib.error.HTTPError(url, 404, "Not Found", {}, None)
+        return served
+
+    monkeypatch.setattr(data, "_download", flaky)
+    loaded = data.load_names_with_source(verbose=False)
+    assert loaded.source == "download" and loaded.location == data.URLS[1]
+    assert calls == list(data.URLS[:2])
+
+
+@pytest.mark.parametrize("damage", ["truncate", "corrupt"])
+def test_bad_cache_is_reported_deleted_and_replaced(monkeypatch, tmp_path, served, capsys, damage):
+    cached = tmp_path / "cache" / data.FILENAME
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(served[: len(served) // 2] if damage == "truncate" else b"X" + served[1:])
+    fake = FakeDownload(served)
+    monkeypatch.setattr(data, "_download", fake)
+    loaded = data.load_names_with_source()
+    assert len(fake.calls) == 1 and loaded.source == "download"
+    assert cached.read_bytes() == served
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "failed its checksum" in out and "deleted" in out
+
+
+def test_bad_cache_offline_is_deleted_and_falls_back(monkeypatch, tmp_path, capsys):
+    cached = tmp_path / "cache" / data.FILENAME
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"Lin")
+    monkeypatch.setenv("TUTOR_OFFLINE", "1")
+    loaded = data.load_names_with_source()
+    assert loaded.source == "fallback" and not cached.exists()
+    assert "failed its checksum" in capsys.readouterr().out
+
+
+# -----------------------------------------------------------------------------
+# offline fallback
+
+def check_fallback(loaded):
+    assert loaded.source == "fallback"
+    assert 3000 < len(loaded.names) < 10000
+    assert all(LETTERS_ONLY.match(n) for n in loaded.names)
+    assert len(set(loaded.names)) == len(loaded.names)  # deduplicated
+    assert {"mary", "james", "linda"} <= set(loaded.names)
+
+
+@pytest.mark.parametrize("error", [
+    urllib.error.URLError(socket.gaierror(-3, "Temporary failure in name resolution")),
+    TimeoutError("timed out"),
+    urllib.error.URLError(TimeoutError("timed out")),
+])
+def test_failed_download_falls_back(monkeypatch, tmp_path, capsys, error):
+    fake = FakeDownload(error=error)
+    monkeypatch.setattr(data, "_download", fake)
+    loaded = data.load_names_with_source()
+    check_fallback(loaded)
+    assert [url for url, _ in fake.calls] == list(data.URLS)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert out.startswith(f"Names: {len(loaded.names):,} from the offline fallback")
+    assert "could not download allnames.txt" in out
+    if isinstance(error, TimeoutError) or isinstance(error.reason, TimeoutError):
+        assert "timed out" in out
+    else:
+        assert "name resolution" in out
+    assert not (tmp_path / "cache" / data.FILENAME).exists()
+
+
+def test_wrong_checksum_download_falls_back(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(data, "_download", FakeDownload(b"<html>rate limited</html>\n"))
+    loaded = data.load_names_with_source()
+    check_fallback(loaded)
+    out = capsys.readouterr().out
+    assert "could not download allnames.txt" in out and "checksum mismatch" in out
+    assert not (tmp_path / "cache" / data.FILENAME).exists()  # never cached
+
+
+@pytest.mark.parametrize("how", ["env", "argument"])
+def test_offline_never_downloads(monkeypatch, capsys, how):
+    fake = FakeDownload(error=AssertionError("must not be called"))
+    monkeypatch.setattr(data, "_download", fake)
+    if how == "env":
+        monkeypatch.setenv("TUTOR_OFFLINE", "1")
+        loaded = data.load_names_with_source()
+    else:
+        loaded = data.load_names_with_source(offline=True)
+    assert fake.calls == []
+    check_fallback(loaded)
+    assert "offline" in capsys.readouterr().out.split("—", 1)[1]
+
+
+def test_offline_still_uses_a_good_cache(monkeypatch, tmp_path, served):
+    cached = tmp_path / "cache" / data.FILENAME
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(served)
+    monkeypatch.setenv("TUTOR_OFFLINE", "1")
+    loaded = data.load_names_with_source(verbose=False)
+    assert loaded.source == "cache" and len(loaded.names) == expected_count(served)
+
+
+def test_fallback_without_names_package_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(data, "FALLBACK_PACKAGE", "no_such_package_for_tutor_tests")
+    with pytest.raises(RuntimeError, match="pip install names"):
+        data.load_names(offline=True, verbose=False)
+
+
+# -----------------------------------------------------------------------------
+# cleaning
+
+def test_cleaning(tmp_path, capsys):
+    f = write(tmp_path / "messy.txt", "LAIKA\nAnne-Marie\nR2d2\n\n  Mary Ann  \n123\nzoë\n")
+    loaded = data.load_names_with_source(f)
+    assert loaded.names == ["laika", "annemarie", "rd", "maryann", "zo"]
+    # '-', '2', '2', ' ', '1', '2', '3', 'ë'; "123" loses everything and is dropped
+    assert loaded.dropped_chars == 8 and loaded.changed_names == 5 and loaded.dropped_names == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert "dropped 8 characters outside a–z from 5 names" in out
+    assert "dropped 1 name with no letter a–z" in out
+
+
+def test_clean_names_keeps_duplicates():
+    names, dropped, changed, empty = data.clean_names(["Ann", "ann", "ANN"])
+    assert names == ["ann", "ann", "ann"] and (dropped, changed, empty) == (0, 0, 0)
+
+
+# -----------------------------------------------------------------------------
+# the seed file
+
+@needs_seed_file
+def test_seed_file_count_and_max_length(capsys):
+    names = data.load_names(ALLNAMES)
+    assert len(names) == data.NUM_NAMES == 100_364
+    assert data.max_name_length(names) == 15
+    assert all(LETTERS_ONLY.match(n) for n in names)
+    assert names[:3] == ["linda", "james", "michael"]
+    assert capsys.readouterr().out == f"Names: 100,364 from {ALLNAMES}\n"
+
+
+# -----------------------------------------------------------------------------
+# splitting and batching
+
+def test_reexports():
+    assert data.vocab_size == 28 and data.alphabet[0] == " " and data.alphabet[-1] == "."
+    assert data.PAD_X == 0 and data.PAD_Y == 27
+    assert data.encode("laika") == [12, 1, 9, 11, 1]
+    assert data.decode([12, 1, 9, 11, 1]) == "laika"
+    assert data.stoi["a"] == 1 and data.itos[26] == "z"
+
+
+def test_split_deterministic_disjoint_covering():
+    names = [f"n{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(500)]
+    train, val = data.split_names(names, val_fraction=0.1, seed=3)
+    assert len(val) == 50 and len(train) == 450
+    assert set(train).isdisjoint(val)
+    assert sorted(train + val) == sorted(names)
+    assert data.split_names(names, 0.1, seed=3) == (train, val)
+    assert data.split_names(names, 0.1, seed=4) != (train, val)
+    assert val != names[:50]  # shuffled
+    assert names == [f"n{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(500)]  # untouched
+    with pytest.raises(ValueError, match="val_fraction"):
+        data.split_names(names, val_fraction=1.0)
+
+
+def test_dataset_items():
+    ds = data.NamesDataset(["laika", "ab"])
+    assert len(ds) == 2
+    x, y = ds[0]
+    assert x.dtype == torch.long and y.dtype == torch.long
+    assert x.tolist() == [0, 12, 1, 9, 11, 1]
+    assert y.tolist() == [12, 1, 9, 11, 1, 0]
+    with pytest.raises(ValueError, match="a-z"):
+        data.NamesDataset(["anne-marie"])
+
+
+def test_collate_pads_x_with_space_and_y_with_dot():
+    ds = data.NamesDataset(["laika", "ab", "bob"])
+    X, Y = data.collate([ds[0], ds[1], ds[2]])
+    assert X.shape == Y.shape == (3, 6)
+    assert X.dtype == Y.dtype == torch.long
+    assert X.tolist() == [
+        [0, 12, 1, 9, 11, 1],
+        [0, 1, 2, 0, 0, 0],
+        [0, 2, 15, 2, 0, 0],
+    ]
+    assert Y.tolist() == [
+        [12, 1, 9, 11, 1, 0],
+        [1, 2, 0, 27, 27, 27],
+        [2, 15, 2, 0, 27, 27],
+    ]
+
+
+def test_make_loader_is_seeded_and_covers_everything():
+    names = ["ann", "bob", "cy", "dorothea", "ed", "flo", "gus"]
+    batches = list(data.make_loader(names, batch_size=3, seed=1))
+    assert [X.shape[0] for X, _ in batches] == [3, 3, 1]
+    seen = sorted(data.decode(x[1:]).strip() for X, _ in batches for x in X)
+    assert seen == sorted(names)
+    again = list(data.make_loader(names, batch_size=3, seed=1))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again))
+    other = list(data.make_loader(names, batch_size=7, seed=2))[0][0]
+    first = torch.cat([X[:, :2] for X, _ in batches])  # first letters, in order
+    assert not torch.equal(first, other[:, :2])
+    dropped = list(data.make_loader(names, batch_size=3, drop_last=True))
+    assert len(dropped) == 2
+    ordered = next(iter(data.make_loader(names, batch_size=7, shuffle=False)))[0]
+    assert data.decode(ordered[0]).strip() == "ann"
