@@ -115,6 +115,23 @@ class LearnerError(Exception):
         self.what = what
         self.error = error
         self.where = _learner_frame(error)
+        self.case: str | None = None
+        self.hint: str | None = _hint_for_error(error)
+
+
+# Hints for exceptions beginners meet often, keyed by a piece of the message.
+ERROR_HINTS = {
+    "before Module.__init__() call": "call super().__init__() first in __init__",
+    "mat1 and mat2 shapes cannot be multiplied": "a matrix product got shapes that do not fit: print the shapes of both sides",
+    "Expected all tensors to be on the same device": "create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
+    "must match the size of tensor b": "two tensors do not broadcast: print their shapes, and keep reduced axes with keepdim=True",
+    "object has no attribute": "check the attribute names the exercise asks for",
+}
+
+
+def _hint_for_error(error: BaseException) -> str | None:
+    text = str(error)
+    return next((hint for key, hint in ERROR_HINTS.items() if key in text), None)
 
 
 class CheckTimeout(Exception):
@@ -139,21 +156,21 @@ def _learner_frame(error: BaseException) -> str | None:
 # Running learner code safely
 
 
-_current_case: list[str] = []
-
-
 @contextlib.contextmanager
-def case(label: str):
-    """Label the case being run, so that a mismatch says which input showed it."""
-    _current_case.append(label)
+def case(label: str, hint_on_error: str | None = None):
+    """Label the case being run, so that a failure says which input showed it.
+
+    ``hint_on_error`` is the likely cause to give when learner code raises in this case (for
+    example "works without batch dimensions but not with them").
+    """
     try:
         yield
-    except Mismatch as m:
-        if m.case is None:
-            m.case = label
+    except (Mismatch, LearnerError) as failure:
+        if failure.case is None:  # the innermost case labels the failure
+            failure.case = label
+            if isinstance(failure, LearnerError) and hint_on_error:
+                failure.hint = hint_on_error
         raise
-    finally:
-        _current_case.pop()
 
 
 def call(fn, *args, what: str | None = None, **kwargs):
@@ -247,20 +264,18 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
         details = [f"{type(e.error).__name__}: {e.error}"]
         if e.where:
             details.append(f"at {e.where}")
-        case_label = f" (case: {_current_case[-1]})" if _current_case else ""
-        _current_case.clear()
+        if e.hint:
+            details.append(f"Likely cause: {e.hint}")
+        case_label = f" (case: {e.case})" if e.case else ""
         return CheckResult(name, "failed", f"your code raised an exception while running {e.what}{case_label}", details)
     except CheckTimeout:
-        _current_case.clear()
         return CheckResult(
             name, "failed", f"your code ran for more than {timeout:.0f} s and was stopped",
             ["is there a loop that never ends, or a much larger computation than needed?"],
         )
     except KeyboardInterrupt:
-        _current_case.clear()
         return CheckResult(name, "failed", "interrupted", [])
     except Exception as error:  # pragma: no cover - a bug in the check itself, or a very odd object
-        _current_case.clear()
         return CheckResult(
             name, "failed", "the check could not run your code",
             [f"{type(error).__name__}: {error}"],
@@ -377,9 +392,7 @@ def expect_close(
     try:
         expect_tensor(got, expected, what, check_dtype=check_dtype)
     except Mismatch as m:
-        cause = diagnose(got, mistakes)
-        if cause:
-            m.hint = cause
+        m.hint = diagnose(got, mistakes) or hint or m.hint
         raise
     if torch.allclose(got.detach().to(expected.dtype), expected, atol=atol, rtol=rtol, equal_nan=True):
         return got

@@ -11,6 +11,8 @@ from tutor.checks._core import (
 __all__ = ["encode", "decode", "one_hot", "similarity", "softmax", "dot_product_attention"]
 
 LAIKA = [12, 1, 9, 11, 1]
+BATCH_HINT = ("it must work with batch dimensions too: transpose only the last two axes with "
+              "x.transpose(-2, -1) (x.T reverses every axis)")
 
 
 def laika_one_hot() -> torch.Tensor:
@@ -88,7 +90,7 @@ def one_hot(fn):
         ("batch [2, 3, 4], 7 classes", torch.randint(0, 7, (2, 3, 4)), 7),
     ]
     for label, ids, n in cases:
-        with case(label):
+        with case(label, hint_on_error="make it work for any number of leading axes: torch.zeros(*ids.shape, num_classes) and scatter_, or F.one_hot(...).float()"):
             before = ids.clone()
             got = call(fn, ids, n, what=f"one_hot(ids of shape {list(ids.shape)}, {n})")
             expected = ref.one_hot(ids, n)
@@ -110,7 +112,7 @@ def similarity(fn):
     cases = [("one-hot 'laika' [5, 28]", x), ("random [2, 3, 6, 4]", torch.randn(2, 3, 6, 4)),
              ("T = 1", torch.randn(1, 8))]
     for label, inp in cases:
-        with case(label):
+        with case(label, hint_on_error=BATCH_HINT):
             got = call(fn, inp.clone(), what=f"similarity(x of shape {list(inp.shape)})")
             expected = ref.similarity(inp)
             expect_close(got, expected, "the similarity matrix", mistakes=[
@@ -143,16 +145,16 @@ class _Recorder(TorchFunctionMode):
 
 @check("softmax")
 def softmax(fn):
-    x = ref.similarity(laika_one_hot())
-    with case("laika similarity, dim=-1"):
+    with case("a random square matrix [4, 4], dim=-1"):
+        s = torch.randn(4, 4) * 3
         recorder = _Recorder()
         with recorder:
-            got = call(fn, x.clone(), dim=-1, what="softmax(x, dim=-1)")
+            got = call(fn, s.clone(), dim=-1, what="softmax(x, dim=-1)")
         used = sorted(recorder.seen & FORBIDDEN)
         if used:
             raise Mismatch(f"softmax uses torch's own {', '.join(used)}",
                            hint="build it from torch.exp, .max and .sum: that is the point of the exercise")
-        expect_close(got, ref.softmax(x), "softmax(x)", atol=1e-4, mistakes=_softmax_mistakes(x, -1))
+        expect_close(got, ref.softmax(s, -1), "softmax(x, dim=-1)", mistakes=_softmax_mistakes(s, -1))
 
     r = torch.randn(2, 3, 4, 5) * 3
     for dim in (-1, 1, 0):
@@ -161,17 +163,15 @@ def softmax(fn):
             expected = ref.softmax(r, dim=dim)
             expect_close(got, expected, f"softmax(x, dim={dim})", mistakes=_softmax_mistakes(r, dim))
 
-    with case("a square matrix, dim=-1"):
-        s = torch.randn(4, 4) * 3
-        got = call(fn, s.clone(), dim=-1, what="softmax(x, dim=-1)")
-        expect_close(got, ref.softmax(s, -1), "softmax(x, dim=-1)", mistakes=_softmax_mistakes(s, -1))
+    with case("laika similarity, dim=-1"):
+        x = ref.similarity(laika_one_hot())
+        got = call(fn, x.clone(), dim=-1, what="softmax(x, dim=-1)")
+        expect_close(got, ref.softmax(x), "softmax(x)", atol=1e-4, mistakes=_softmax_mistakes(x, -1))
 
     with case("large logits [1000, 999, 0]"):
         big = torch.tensor([[1000.0, 999.0, 0.0], [-1000.0, -1001.0, -2000.0]])
         got = call(fn, big.clone(), dim=-1, what="softmax(tensor([[1000., 999., 0.], ...]))")
-        expected = ref.softmax(big)
-        expect_tensor(got, expected, "softmax of large logits")
-        expect_close(got, expected, "softmax of large logits", hint="subtract the maximum along `dim` before exp")
+        expect_close(got, ref.softmax(big), "softmax of large logits", hint="subtract the maximum along `dim` before exp")
 
     with case("the input is left unchanged"):
         inp = torch.randn(3, 4)
@@ -186,15 +186,16 @@ def softmax(fn):
 def _softmax_mistakes(x, dim):
     other = 0 if dim not in (0, -x.dim()) else -1
     e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    keepdim = "the sum is not kept as a column: use .sum(dim=dim, keepdim=True) so it divides along the right axis"
     return [
+        (keepdim, lambda: torch.exp(x) / torch.exp(x).sum(dim=dim)),
+        (keepdim, lambda: e / e.sum(dim=dim)),
         (f"softmax over the wrong axis: you normalised along dim={other}, the exercise asks for dim={dim}",
          lambda: ref.softmax(x, dim=other)),
         ("softmax over the wrong axis: you always use dim=-1, ignoring the `dim` argument",
          lambda: ref.softmax(x, dim=-1)),
         ("softmax over the wrong axis: you always use dim=0, ignoring the `dim` argument",
          lambda: ref.softmax(x, dim=0)),
-        ("the sum is not kept as a column: use .sum(dim=dim, keepdim=True) so it divides along the right axis",
-         lambda: e / e.sum(dim=dim)),
         ("the maximum is not kept as a column: use .max(dim=dim, keepdim=True).values",
          lambda: _softmax_bad_max(x, dim)),
         ("the exponentials are not divided by their sum", lambda: e),
@@ -221,7 +222,7 @@ def dot_product_attention(fn):
         if decoded != "laika":
             raise Mismatch(f"the argmax of the output decodes to {decoded!r}, not 'laika'")
     for label, shape in [("random [2, 3, 6, 4]", (2, 3, 6, 4)), ("T = 1", (1, 5))]:
-        with case(label):
+        with case(label, hint_on_error=BATCH_HINT):
             inp = torch.randn(*shape)
             got = call(fn, inp.clone(), what=f"dot_product_attention(x of shape {list(shape)})")
             expect_close(got, ref.dot_product_attention(inp), "the attention output", mistakes=_attention_mistakes(inp))
@@ -233,5 +234,6 @@ def _attention_mistakes(x):
     return [
         ("no softmax: the weights must be softmax(x xᵀ), rows that sum to 1", lambda: s @ x),
         ("softmax over the wrong axis: each row (dim=-1) of the weights must sum to 1", lambda: ref.softmax(s, dim=-2) @ x),
-        ("the weights multiply x on the wrong side: the output is weights @ x", lambda: (x.transpose(-2, -1) @ ref.softmax(s)).transpose(-2, -1)),
+        ("the scores are scaled: in notebook 01 attention is softmax(x xᵀ) x, unscaled (scaling comes in 02)",
+         lambda: ref.softmax(s / x.shape[-1] ** 0.5) @ x),
     ]
