@@ -1,11 +1,18 @@
-"""Root pytest configuration.
+"""Root pytest configuration (the README's test command is `python -m pytest`).
 
-The solution notebooks run under nbval with TUTOR_STRICT=1: a check that does not pass raises,
-so the cell fails. Unit tests in tests/ switch it off again (see tests/conftest.py).
+- Solution notebooks run under nbval with TUTOR_STRICT=1: a check that does not pass raises, so
+  its cell fails. Unit tests in tests/ switch it off again (see tests/conftest.py).
+- No test waits on the internet (TUTOR_OFFLINE=1). When the seed data set is beside the
+  repository (../shared/data/allnames.txt), the notebooks train on it (TUTOR_NAMES).
 """
 
 import os
+import pathlib
 
 os.environ["TUTOR_STRICT"] = "1"
 os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("TUTOR_OFFLINE", "1")  # CI has no internet: never wait on a download
+os.environ.setdefault("TUTOR_OFFLINE", "1")
+
+_seed = pathlib.Path(__file__).resolve().parent.parent / "shared" / "data" / "allnames.txt"
+if _seed.exists():
+    os.environ.setdefault("TUTOR_NAMES", str(_seed))
