@@ -160,7 +160,20 @@ def _cell_id(source_name: str, index: int) -> str:
     return hashlib.sha256(f"{source_name}:{index}".encode()).hexdigest()[:8]
 
 
-def _learner_cell(cell, index: int, source_name: str, with_ids: bool):
+def read_notebook(path):
+    """Read a notebook with nbformat, as version 4, without letting it invent ids.
+
+    (``nbformat.read`` gives id-less cells of an nbformat 4.5 notebook random ids, which
+    would make the build differ from run to run; :func:`make_learner_notebook` derives
+    them deterministically instead.)
+    """
+    nb = nbformat.reader.reads(pathlib.Path(path).read_text(encoding="utf-8"))
+    if nb.nbformat != 4:
+        nb = nbformat.convert(nb, 4)
+    return nb
+
+
+def _learner_cell(cell, cell_id: str | None):
     metadata = {key: copy.deepcopy(cell.metadata[key]) for key in KEPT_CELL_METADATA if key in cell.metadata}
     if "tags" in metadata:
         metadata["tags"] = [tag for tag in metadata["tags"] if tag not in NBVAL_TAGS]
@@ -176,10 +189,10 @@ def _learner_cell(cell, index: int, source_name: str, with_ids: bool):
     else:
         new = nbformat.v4.new_raw_cell(source=cell.source, metadata=metadata)
 
-    if with_ids:
-        new.id = cell.get("id") or _cell_id(source_name, index)
-    else:
+    if cell_id is None:
         new.pop("id", None)
+    else:
+        new.id = cell_id
     return new
 
 
@@ -215,15 +228,23 @@ def make_learner_notebook(nb, source_name: str = ""):
     minor = nb.nbformat_minor
     with_ids = minor >= 5
 
-    cells = []
+    cells, seen_ids = [], set()
     for index, cell in enumerate(nb.cells):
+        cell_id = None
+        if with_ids:
+            # the solution's id; a missing or duplicate one is derived from the position
+            cell_id = cell.get("id")
+            if not cell_id or cell_id in seen_ids:
+                cell_id = _cell_id(source_name, index)
+            seen_ids.add(cell_id)
         try:
-            cells.append(_learner_cell(cell, index, source_name, with_ids))
+            cells.append(_learner_cell(cell, cell_id))
         except MarkerError as error:
             raise MarkerError(f"{source_name}, cell {index} ({cell.cell_type}): {error}") from None
 
-    learner = nbformat.v4.new_notebook(cells=cells)
+    learner = nbformat.v4.new_notebook()  # (new_notebook(cells=...) would give id-less cells random ids)
     learner.nbformat_minor = minor
+    learner.cells = cells
     metadata = {"kernelspec": dict(KERNELSPEC), "language_info": dict(LANGUAGE_INFO)}
     for key in KEPT_NOTEBOOK_METADATA:
         if key in nb.metadata:
@@ -277,7 +298,7 @@ def learner_edits(path: pathlib.Path) -> str | None:
     no recorded hash, or when it cannot be read.
     """
     try:
-        nb = nbformat.read(path, as_version=4)
+        nb = read_notebook(path)
     except Exception as error:  # noqa: BLE001 - any unreadable file must be protected
         return f"it cannot be read as a notebook ({type(error).__name__}: {error})"
     recorded = nb.metadata.get("tutor", {}).get("build_hash")
@@ -445,7 +466,7 @@ def build(solutions_dir, notebooks_dir, force: bool = False, check: bool = False
     for source in sources:
         source_name = f"{solutions_dir.name}/{source.name}"
         try:
-            solution = nbformat.read(source, as_version=4)
+            solution = read_notebook(source)
             built[source.name] = notebook_bytes(make_learner_notebook(solution, source_name))
         except BuildError as error:
             report.errors.append(str(error))

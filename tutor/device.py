@@ -3,14 +3,14 @@
 import os
 import random
 
-import torch
 
-
-def get_device(verbose: bool = False) -> torch.device:
+def get_device(verbose: bool = False):
     """The best device here: CUDA, then Apple MPS, then CPU.
 
     Set the environment variable ``TUTOR_DEVICE`` (e.g. ``cpu``) to force one.
     """
+    import torch
+
     forced = os.environ.get("TUTOR_DEVICE")
     if forced:
         device = torch.device(forced)
@@ -28,6 +28,8 @@ def get_device(verbose: bool = False) -> torch.device:
 
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, NumPy (if installed) and PyTorch on every device."""
+    import torch
+
     random.seed(seed)
     try:
         import numpy as np

@@ -1,0 +1,119 @@
+"""``python -m tutor``: build the learner notebooks, run the solutions, list the catalog.
+
+    python -m tutor build [NB ...] [--check] [--force] [--solutions DIR] [--notebooks DIR]
+    python -m tutor run [NB ...] [--force] [--timeout S] [--solutions DIR] [--notebooks DIR]
+    python -m tutor catalog
+
+NB is a notebook number (``1`` or ``01``), a name (``01_dot_product_attention``) or a file name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tutor import build as _build
+
+
+def _add_dirs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("notebooks_only", nargs="*", metavar="NB",
+                        help="only these notebooks: a number (1 or 01), a name or a file name (default: all)")
+    parser.add_argument("--solutions", metavar="DIR", default=None,
+                        help="the solution notebooks (default: solutions/ in the repository)")
+    parser.add_argument("--notebooks", metavar="DIR", default=None,
+                        help="the learner notebooks (default: notebooks/ in the repository)")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tutor",
+        description="Tools for the 'Transformers from scratch' notebooks. The solution notebooks in "
+                    "solutions/ are the source of truth; the learner notebooks in notebooks/ are built from them.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = commands.add_parser(
+        "build", help="build notebooks/ from solutions/",
+        description="Build each learner notebook from its solution notebook: solution regions become stubs, "
+                    "outputs are cleared. A learner notebook holding edits (typed code, outputs) is not "
+                    "overwritten unless --force, which backs it up first.")
+    _add_dirs(p)
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if a learner notebook is stale, missing or an orphan")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite learner notebooks holding edits, after copying each to X.backup-<time>.ipynb")
+
+    p = commands.add_parser(
+        "run", help="execute solution notebooks in place, then rebuild their learner notebooks",
+        description="Execute solution notebooks with nbclient (kernel python3, TUTOR_STRICT=1, cwd solutions/), "
+                    "store their outputs, then rebuild the learner notebooks.")
+    _add_dirs(p)
+    p.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds per cell (default 600)")
+    p.add_argument("--kernel", default="python3", help="kernel name (default python3)")
+    p.add_argument("--force", action="store_true", help="as for build: back up and overwrite edited learner notebooks")
+
+    commands.add_parser("catalog", help="list the notebooks and their exercises",
+                        description="Print the notebooks and exercises of tutor.catalog as a table.")
+    return parser
+
+
+def _dirs(args) -> tuple:
+    root = _build.find_root()
+    return (args.solutions or root / "solutions", args.notebooks or root / "notebooks")
+
+
+def cmd_build(args) -> int:
+    solutions, notebooks = _dirs(args)
+    report = _build.build(solutions, notebooks, force=args.force, check=args.check, only=args.notebooks_only)
+    for line in report.lines():
+        print(line, file=sys.stderr if line.startswith("error:") else sys.stdout)
+    refused = report.by_status("refused")
+    if refused:
+        print(f"{len(refused)} notebook(s) hold a learner's work and were not overwritten; "
+              f"rerun with --force to back them up and rebuild them.")
+    if args.check and not report.ok and not report.errors:
+        print("run `python -m tutor build` to rebuild them.")
+    return report.exit_code
+
+
+def cmd_run(args) -> int:
+    solutions, notebooks = _dirs(args)
+    return _build.run_solutions(solutions, notebooks, only=args.notebooks_only, force=args.force,
+                                timeout=args.timeout, kernel_name=args.kernel)
+
+
+def catalog_table() -> str:
+    """The notebooks and exercises of ``tutor.catalog`` as a plain-text table."""
+    from tutor import catalog
+
+    rows = [("NB", "exercise", "learner writes")]
+    for nb in catalog.NOTEBOOKS:
+        rows.append((f"{nb.number:02d}", f"{nb.filename}: {nb.title} (~{nb.minutes} min)", ""))
+        for ex in catalog.exercises(nb.number):
+            rows.append(("", f"  {ex.name}", ex.writes))
+    width0 = max(len(r[0]) for r in rows)
+    width1 = max(len(r[1]) for r in rows if r[2]) if len(rows) > 1 else len(rows[0][1])
+    lines = []
+    for number, name, writes in rows:
+        line = f"{number:<{width0}}  {name:<{width1}}  {writes}" if writes else f"{number:<{width0}}  {name}"
+        lines.append(line.rstrip())
+    lines.append(f"{len(catalog.NOTEBOOKS)} notebooks, {len(catalog.EXERCISES)} exercises")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        return cmd_build(args)
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "catalog":
+        print(catalog_table())
+        return 0
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
