@@ -4,5 +4,6 @@ import matplotlib
 
 from tutor.viz.core import WithFallback, figure_png, heatmap, interactive  # noqa: F401
 from tutor.viz.attention import similarity_and_attention, word_explorer  # noqa: F401
+from tutor.viz.heads import head_explorer, head_patterns, mha_diagram, split_picture  # noqa: F401
 
 matplotlib.rcParams.setdefault("figure.dpi", 90)

@@ -61,30 +61,44 @@ class WithFallback:
     holds both in one display bundle.
     """
 
-    def __init__(self, widget, static_figure):
+    def __init__(self, widget, png: bytes):
         self.widget = widget
-        self.png = figure_png(static_figure)
+        self.png = png
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = self.widget._repr_mimebundle_() if self.widget is not None else {}
-        bundle = dict(bundle or {})
+        bundle = dict(self.widget._repr_mimebundle_() or {}) if self.widget is not None else {}
         bundle["image/png"] = self.png
         bundle["text/plain"] = "(interactive widget: run the notebook to use it; showing a static picture)"
         return bundle
 
 
-def interactive(draw, static_kwargs: dict, **controls):
-    """``draw(**values)`` makes a matplotlib figure; ``controls`` are ipywidgets.
+def interactive(draw, static_kwargs: dict | None = None, **controls):
+    """``draw(**values)`` makes a matplotlib figure; ``controls`` are ipywidgets, by argument name.
 
-    Returns an object that displays as the live widget with a static fallback drawn with
-    ``static_kwargs``. Without ipywidgets it is just the static picture.
+    Returns an object that displays as the live widget, with a static picture of the first state
+    (drawn with ``static_kwargs``, by default the controls' initial values) as the fallback.
+    The figure is redrawn only when a control changes, so a headless run shows it once.
     """
-    static = draw(**static_kwargs)
+    if static_kwargs is None:
+        static_kwargs = {name: control.value for name, control in controls.items()}
+    png = figure_png(draw(**static_kwargs))
     try:
         import ipywidgets as widgets
+        from IPython.display import Image, clear_output, display
     except ImportError:  # pragma: no cover
-        return WithFallback(None, static)
+        return WithFallback(None, png)
 
-    out = widgets.interactive_output(lambda **kw: (draw(**kw), plt.show()), controls)
-    box = widgets.VBox([widgets.HBox(list(controls.values())), out])
-    return WithFallback(box, static)
+    out = widgets.Output()
+    out.append_display_data(Image(png))
+
+    def redraw(change=None):
+        values = {name: control.value for name, control in controls.items()}
+        with out:
+            clear_output(wait=True)
+            fig = draw(**values)
+            display(fig)
+            plt.close(fig)
+
+    for control in controls.values():
+        control.observe(redraw, names="value")
+    return WithFallback(widgets.VBox([widgets.HBox(list(controls.values())), out]), png)
