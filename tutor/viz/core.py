@@ -33,11 +33,11 @@ def heatmap(matrix, row_tokens=None, col_tokens=None, *, title="", xlabel="key",
     if annotate is None:
         annotate = rows <= 12 and cols <= 12
     if annotate:
-        lo, hi = float(m.min()), float(m.max())
         for i in range(rows):
             for j in range(cols):
                 value = float(m[i, j])
-                dark = hi > lo and (value - lo) / (hi - lo) < 0.5
+                r, g, b, _ = image.cmap(image.norm(value))  # the colour drawn under the number
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
                 ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=8,
                         color="white" if dark else "black")
     if colorbar:
