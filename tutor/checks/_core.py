@@ -334,7 +334,8 @@ def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool =
             raise Mismatch(
                 f"{what} contains {_fmt(got[index].item())} where a finite number is expected",
                 [f"first at index {list(index)}: expected {_fmt(expected[index].item())}, got {_fmt(got[index].item())}"],
-                hint="exp() overflows for large inputs: subtract the maximum before exponentiating",
+                hint="NaN or inf usually comes from exp() of a large number (subtract the maximum first), "
+                     "a division by zero, or a row whose scores are all -inf",
             )
     return got
 
@@ -453,7 +454,9 @@ def load_reference_weights(learner: torch.nn.Module, reference: torch.nn.Module,
         if tuple(mine[name].shape) != tuple(param.shape):
             hint = None
             if mine[name].dim() == 2 and tuple(mine[name].shape) == tuple(param.shape)[::-1]:
-                hint = "nn.Linear(in_features, out_features) takes the input width first"
+                owner = learner.get_submodule(name.rsplit(".", 1)[0]) if "." in name else learner
+                hint = ("nn.Linear(in_features, out_features) takes the input width first"
+                        if isinstance(owner, torch.nn.Linear) else "the two axes are swapped")
             raise Mismatch(f"`{name}` in {what} has shape {_tuple(mine[name].shape)}, expected {_tuple(param.shape)}",
                            hint=hint)
     extra = [n for n in mine if n not in theirs]
