@@ -36,6 +36,10 @@ def sdpa_scaled_by_dk_not_sqrt(q, k, v, mask=None):
     return torch.softmax(q @ k.transpose(-2, -1) / k.shape[-1], dim=-1) @ v
 
 
+def sdpa_scaled_by_keys(q, k, v, mask=None):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2]), dim=-1) @ v
+
+
 def sdpa_transpose_01(q, k, v, mask=None):  # fine for 2-D tensors, wrong with batch dimensions
     return torch.softmax(q @ k.transpose(0, 1) / math.sqrt(q.shape[-1]), dim=-1) @ v
 
@@ -59,6 +63,7 @@ def test_sdpa_rejects():
     rejects(checks.scaled_dot_product_attention, sdpa_unscaled, "not scaled", "sqrt(d_k)")
     rejects(checks.scaled_dot_product_attention, sdpa_scaled_by_dv, "sqrt(d_v)", "width of q and k")
     rejects(checks.scaled_dot_product_attention, sdpa_scaled_by_dk_not_sqrt, "divided by d_k")
+    rejects(checks.scaled_dot_product_attention, sdpa_scaled_by_keys, "number of keys", "q.shape[-1]")
     rejects(checks.scaled_dot_product_attention, sdpa_transpose_01, "batch", "k.transpose(-2, -1)")
     rejects(checks.scaled_dot_product_attention, sdpa_transpose_12, "batch", "k.transpose(-2, -1)")
     rejects(checks.scaled_dot_product_attention, sdpa_wrong_axis, "wrong axis", "dim=-1")

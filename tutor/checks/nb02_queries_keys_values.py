@@ -31,6 +31,9 @@ def sdpa_mistakes(q, k, v, mask=None):
         ("the scores are multiplied by sqrt(d_k); divide instead", lambda: attend(raw * math.sqrt(d_k))),
         ("softmax over the wrong axis: normalise over the keys, the last axis (dim=-1)", lambda: attend(raw / math.sqrt(d_k), dim=-2)),
     ]
+    if k.shape[-2] != d_k:
+        mistakes.append(("the scores are scaled by sqrt(Tk), the number of keys; the scale is sqrt(d_k) = q.shape[-1]",
+                         lambda: attend(raw / math.sqrt(k.shape[-2]))))
     if d_v != d_k:
         mistakes.insert(1, ("the scores are scaled by sqrt(d_v), the width of V; the scale is sqrt(d_k), the width of Q and K",
                             lambda: attend(raw / math.sqrt(d_v))))
