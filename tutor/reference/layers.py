@@ -20,7 +20,7 @@ class LayerNorm(nn.Module):
         dtype = x.dtype
         x = x.float()  # half-precision input is normalised in float32
         mean = x.mean(dim=-1, keepdim=True)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # biased variance
         x = (x - mean) / torch.sqrt(var + self.eps)
         return (x * self.weight.float() + self.bias.float()).to(dtype)
 
