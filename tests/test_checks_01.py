@@ -236,6 +236,7 @@ def attention_2d_only(x):
     return torch.softmax(x @ x.T, dim=-1) @ x
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")  # attention_2d_only uses x.T on purpose
 def test_dot_product_attention_rejects():
     rejects(checks.dot_product_attention, attention_no_softmax, "no softmax")
     rejects(checks.dot_product_attention, attention_columns, "wrong axis")
@@ -294,3 +295,23 @@ def test_yours_or_reference(capsys):
     good = ref.softmax
     checks.softmax(good)
     assert checks.yours_or_reference(good) is good
+
+
+# --- found in review ----------------------------------------------------------------------------
+
+
+def test_softmax_rejects_torch_special():
+    rejects(checks.softmax, lambda x, dim=-1: torch.special.softmax(x, dim), "torch's own special_softmax")
+
+
+def test_right_values_in_the_wrong_dtype_get_the_dtype_hint():
+    result = rejects(checks.softmax, lambda x, dim=-1: ref.softmax(x.double(), dim), "float64", "dtype")
+    assert "wrong axis" not in str(result)
+
+
+def test_encode_wants_python_ints():
+    rejects(checks.encode, lambda s: list(torch.tensor(ref.encode(s))), "python ints", "tolist")
+
+
+def test_decode_names_a_plain_strip():
+    rejects(checks.decode, lambda ids: ref.decode(ids).strip(), "dropped the ' ' or '.'")

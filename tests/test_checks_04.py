@@ -560,3 +560,21 @@ def test_checks_do_not_touch_the_learners_rng():
     torch.manual_seed(7)
     checks.MultiHeadAttention(MHA)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_mha_names_a_forward_without_mask_argument():
+    class NoMaskArgument(ref.MultiHeadAttention):
+        def forward(self, x):
+            return super().forward(x)
+
+    result = rejects(checks.MultiHeadAttention, NoMaskArgument, "takes 2 positional arguments",
+                     "forward(self, x, mask=None)")
+    assert "unsqueeze" not in str(result)
+
+
+def test_a_returned_tuple_is_named():
+    class ReturnsWeightsToo(ref.MultiHeadAttention):
+        def forward(self, x, mask=None):
+            return super().forward(x, mask), None
+
+    rejects(checks.MultiHeadAttention, ReturnsWeightsToo, "got tuple", "only the output tensor")

@@ -143,12 +143,21 @@ class PEWithEmbedding(nn.Module):  # subclassing nn.Embedding keeps the paramete
 
     def forward(self, x):
         positions = torch.arange(x.shape[1], device=x.device)
-        return x + nn.functional.embedding(positions, self.weight)
+        return x + nn.functional.embedding(positions, self.weight).to(x.dtype)
+
+
+class PEPromotesHalf(PEWithEmbedding):  # float32 table + bfloat16 x gives float32
+    def forward(self, x):
+        return x + self.weight[: x.shape[1]]
 
 
 def test_positional_embedding_accepts_reference_and_variants():
     passes(checks.PositionalEmbedding, ref.PositionalEmbedding)
     passes(checks.PositionalEmbedding, PEWithEmbedding)
+
+
+def test_positional_embedding_keeps_the_input_dtype():
+    rejects(checks.PositionalEmbedding, PEPromotesHalf, "bfloat16", "dtype torch.float32", ".to(x.dtype)")
 
 
 def test_positional_embedding_stub():

@@ -571,3 +571,11 @@ def test_generate_leaves_rng_of_the_learner_alone():
     checks.generate(ref.generate)
     checks.GPT(ref.GPT)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_returned_tuple_is_named():
+    class ReturnsLossToo(ref.GPT):
+        def forward(self, ids, mask=None):
+            return super().forward(ids, mask), None
+
+    rejects(checks.GPT, ReturnsLossToo, "got tuple", "not a tuple", "(logits, loss)")

@@ -133,7 +133,7 @@ def test_lm_loss_rejects_a_fixed_ignore_index():
         V = logits.shape[-1]
         return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=27)
 
-    rejects(checks.lm_loss, wrong, "ignore_index")
+    rejects(checks.lm_loss, wrong, "fixed index 27", "instead of the ignore_index argument")
 
 
 def test_lm_loss_rejects_a_detached_loss():
@@ -407,7 +407,7 @@ def test_train_step_rejects_forcing_eval_mode_at_the_end():
         model.eval()
         return loss
 
-    rejects(checks.train_step, wrong, "mode")
+    rejects(checks.train_step, wrong, "left the model in eval mode")
 
 
 def test_train_step_rejects_a_loss_that_counts_padding():
@@ -626,3 +626,10 @@ def test_checks_keep_the_thread_count():
     threads = torch.get_num_threads()
     checks.train_step(ref.train_step)
     assert torch.get_num_threads() == threads
+
+
+def test_train_step_names_a_wrong_clip_default():
+    def wrong(model, batch, optimizer, ignore_index, clip=None):
+        return ref.train_step(model, batch, optimizer, ignore_index, clip)
+
+    rejects(checks.train_step, wrong, "default of `clip` is None", "clip=1.0")

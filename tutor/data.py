@@ -275,28 +275,28 @@ def load_names_with_source(path=None, *, verbose: bool = True,
 
     if path is not None:
         lines, location = _read_user_file(path, "given as path=")
-        source, where = "file", f"from {location}"
+        source, where = "file", f"from {Path(location).name}"
     elif env_path:
         lines, location = _read_user_file(env_path, f"from the environment variable {ENV_NAMES}")
-        source, where = "file", f"from {location} ({ENV_NAMES})"
+        source, where = "file", f"from {Path(location).name} ({ENV_NAMES})"
     else:
         cached = cache_dir() / FILENAME
         lines, problem = _read_cache(cached)
         if problem:
             remarks.append(problem)
         if lines is not None:
-            source, location, where = "cache", str(cached), f"from the cache ({cached})"
+            source, location, where = "cache", str(cached), f"from the cache ({FILENAME}, checksum verified)"
         elif not offline:
             lines, url, note = _try_download(cached)
             if lines is not None:
                 source, location = "download", url
-                where = f"downloaded from {url} into the cache ({cached})"
+                where = f"downloaded from {url} (checksum verified) into the cache"
                 if note:
                     remarks.append(note)
             else:
                 remarks.append(f"could not download {FILENAME}: {note}")
         else:
-            remarks.append(f"offline ({ENV_OFFLINE}=1 or offline=True), no download tried")
+            remarks.append("offline: no download tried")
         if lines is None:
             lines, location = _fallback_lines()
             source, where = "fallback", f"from {FALLBACK_DESCRIPTION}"

@@ -126,7 +126,20 @@ ERROR_HINTS = {
     "Expected all tensors to be on the same device": "create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
     "must match the size of tensor b": "two tensors do not broadcast: print their shapes, and keep reduced axes with keepdim=True",
     "object has no attribute": "check the attribute names the exercise asks for",
+    "positional argument": "check the signature the exercise asks for, e.g. forward(self, x, mask=None)",
+    "unexpected keyword argument": "check the signature the exercise asks for, e.g. forward(self, x, mask=None)",
 }
+
+
+def is_signature_error(error: BaseException) -> bool:
+    """The learner's function was called with arguments its signature does not take."""
+    text = str(error)
+    return isinstance(error, TypeError) and ("positional argument" in text or "unexpected keyword argument" in text)
+
+
+def error_details(e: "LearnerError") -> list[str]:
+    """The lines that show a learner's exception: its type and message, and where it was raised."""
+    return [f"{type(e.error).__name__}: {e.error}"] + ([f"at {e.where}"] if e.where else [])
 
 
 def _hint_for_error(error: BaseException) -> str | None:
@@ -168,7 +181,7 @@ def case(label: str, hint_on_error: str | None = None):
     except (Mismatch, LearnerError) as failure:
         if failure.case is None:  # the innermost case labels the failure
             failure.case = label
-            if isinstance(failure, LearnerError) and hint_on_error:
+            if isinstance(failure, LearnerError) and hint_on_error and not is_signature_error(failure.error):
                 failure.hint = hint_on_error
         raise
 
@@ -250,7 +263,7 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
         # Checks use tiny tensors: one thread is fastest, and immune to a busy machine.
         torch.set_num_threads(1)
         with torch.random.fork_rng(devices=[]), _time_limit(timeout):
-            torch.manual_seed(0)
+            torch.default_generator.manual_seed(0)  # the CPU only: a GPU's generator is the learner's
             note = body(obj)
     except NotDone:
         return CheckResult(
@@ -308,7 +321,9 @@ def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool =
         hint = None
         if got is None:
             hint = "your function returns nothing: did you forget `return`?"
-        elif isinstance(got, (list, tuple)):
+        elif isinstance(got, tuple):
+            hint = "return a single tensor, not a tuple (e.g. not (output, weights) or (logits, loss))"
+        elif isinstance(got, list):
             hint = "build the result with torch operations, not a Python list"
         elif type(got).__module__.startswith("numpy"):
             hint = "stay in torch: use torch functions instead of numpy ones"
@@ -324,6 +339,8 @@ def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool =
         hint = None
         if got.dtype == torch.float64 and expected.dtype == torch.float32:
             hint = "a float64 tensor crept in; pass dtype=torch.float32 or use torch functions on the input"
+        elif got.dtype == torch.float32 and expected.dtype in (torch.float16, torch.bfloat16):
+            hint = "keep the input's dtype: compute in float32 if you like, then convert back with .to(x.dtype)"
         elif not got.dtype.is_floating_point and expected.dtype.is_floating_point:
             hint = "the result should be floating point; convert with .float()"
         raise Mismatch(f"{what} has dtype {got.dtype}, expected {expected.dtype}", hint=hint)
@@ -398,21 +415,32 @@ def expect_close(
     try:
         expect_tensor(got, expected, what, check_dtype=check_dtype)
     except Mismatch as m:
-        m.hint = diagnose(got, mistakes) or hint or m.hint
+        if matches(got, expected, atol=atol, rtol=rtol):  # the right values, in the wrong dtype or place
+            m.hint = m.hint or hint
+        else:
+            m.hint = diagnose(got, mistakes, expected) or hint or m.hint
         raise
     if torch.allclose(got.detach().to(expected.dtype), expected, atol=atol, rtol=rtol, equal_nan=True):
         return got
-    cause = diagnose(got, mistakes)
+    cause = diagnose(got, mistakes, expected)
     raise Mismatch(f"{what} has wrong values", first_difference(got, expected, atol, rtol), cause or hint)
 
 
-def diagnose(got, mistakes) -> str | None:
+def diagnose(got, mistakes, expected: torch.Tensor | None = None) -> str | None:
+    """The description of the first known mistake whose output equals ``got``.
+
+    A mistake that gives the right answer on this input (e.g. "always dim=-1" when dim=-1) is skipped.
+    """
     for description, make in mistakes:
         try:
             candidate = make() if callable(make) else make
         except Exception:
             continue
-        if isinstance(candidate, torch.Tensor) and matches(got, candidate):
+        if not isinstance(candidate, torch.Tensor):
+            continue
+        if expected is not None and matches(expected, candidate, atol=1e-6, rtol=1e-5):
+            continue  # this mistake changes nothing on this input
+        if matches(got, candidate):
             return description
     return None
 

@@ -5,6 +5,7 @@ import torch.nn as nn
 
 from tutor import reference as ref
 from tutor.checks._core import (
+    error_details, is_signature_error,
     LearnerError, Mismatch, build, call, case, check, expect_close, expect_tensor, load_reference_weights,
 )
 
@@ -161,7 +162,7 @@ def PositionalEmbedding(cls):
                 if T < max_len:
                     raise Mismatch(
                         f"your forward raised an exception for T = {T} < max_len = {max_len}",
-                        [f"{type(e.error).__name__}: {e.error}"] + ([f"at {e.where}"] if e.where else []),
+                        error_details(e),
                         hint="add only the first T rows of the table: x + self.weight[:T] with T = x.shape[1] "
                              "(the whole table only fits when T == max_len)") from None
                 raise
@@ -193,7 +194,14 @@ def PositionalEmbedding(cls):
         if grad is None or not torch.allclose(grad[:5], torch.full((5, d_model), 2.0)):
             raise Mismatch("no gradient reaches `weight`, so the table would never be learned",
                            hint="use self.weight directly, not self.weight.data or self.weight.detach()")
-    return "init std 0.02, 4 inputs, gradients reach the table"
+
+    # 4. Half precision keeps its dtype.
+    with case(f"x [2, 5, {d_model}] in bfloat16"):
+        x = torch.randn(2, 5, d_model).to(torch.bfloat16)
+        got = call(module, x, what="forward(x) with a bfloat16 x")
+        expect_close(got, reference(x), "the output for a bfloat16 input", atol=2e-2, rtol=2e-2,
+                     hint="keep the input's dtype: x + self.weight[:T].to(x.dtype)")
+    return "init std 0.02, 5 inputs, gradients reach the table"
 
 
 # --- apply_rope -------------------------------------------------------------------------------

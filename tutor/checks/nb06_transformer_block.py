@@ -7,17 +7,13 @@ import torch.nn.functional as F
 
 from tutor import reference as ref
 from tutor.checks._core import (
-    Mismatch, build, call, case, check, expect_close, expect_tensor, load_reference_weights,
+    _tuple,    Mismatch, build, call, case, check, expect_close, expect_tensor, load_reference_weights,
 )
 
 __all__ = ["LayerNorm", "RMSNorm", "MLP", "SwiGLU", "TransformerBlock"]
 
 
 # --- shared helpers ----------------------------------------------------------------------
-
-
-def _tuple(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
 def half_tolerance(dtype: torch.dtype) -> dict:

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from tutor import reference as ref
 from tutor.checks._core import (
+    error_details,
     LearnerError, Mismatch, build, call, case, check, expect_close, load_reference_weights,
 )
 
@@ -20,10 +21,6 @@ LARGE = dict(vocab_size=64, max_len=64, d_model=64, n_heads=4, n_layers=6, dropo
 INIT_HINT = ("initialise GPT-2 style at the end of __init__: self.apply(self._init_weights) with "
              "nn.init.normal_(weight, 0.0, 0.02) for every nn.Linear and nn.Embedding, zero biases, then "
              "re-initialise attn.out_proj.weight and mlp.proj.weight with std 0.02 / sqrt(2 * n_layers)")
-
-
-def _error_details(e: LearnerError) -> list[str]:
-    return [f"{type(e.error).__name__}: {e.error}"] + ([f"at {e.where}"] if e.where else [])
 
 
 # --- GPT ----------------------------------------------------------------------------------
@@ -132,7 +129,7 @@ def _run_gpt(model, ref_model, ids, mask=None, what="the output of forward (the 
 
 def _explain_forward_error(e: LearnerError, model, ids, mask, config, first_case: bool):
     msg = str(e.error)
-    details = _error_details(e)
+    details = error_details(e)
     T = ids.shape[-1]
     if isinstance(e.error, IndexError) or "index out of range" in msg:
         hint = ("an embedding lookup is out of range: tok_emb takes the token ids (< vocab_size), pos_emb takes "
@@ -240,7 +237,7 @@ def GPT(cls):
 
 
 def _check_gpt(cls):
-    torch.manual_seed(0)
+    torch.default_generator.manual_seed(0)
     config = ref.GPTConfig(**SMALL)
     with case("GPT(GPTConfig(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2))"):
         model = build(cls, config, what="GPT(config)")
@@ -387,14 +384,14 @@ def _generate(fn, model, ids, n, what=None, **kw):
     except LearnerError as e:
         if isinstance(e.error, ContextTooLong) or (isinstance(e.error, IndexError) and ids.shape[-1] + n > model.config.max_len):
             raise Mismatch("the context is not cropped: the model received more than max_len tokens",
-                           _error_details(e)[:1], hint=CROP_HINT) from None
+                           error_details(e)[:1], hint=CROP_HINT) from None
         if "probability tensor contains" in str(e.error) and kw.get("top_k") is not None:
             raise Mismatch(f"with top_k={kw['top_k']} the probabilities are NaN: every logit was set to -inf",
-                           _error_details(e),
+                           error_details(e),
                            hint="keep every logit >= the k-th largest: logits.masked_fill(logits < kth, -inf) "
                                 "(with <= even the k-th largest, the maximum when k = 1, is removed)") from None
         if "selected index k out of range" in str(e.error) or ("topk" in str(e.error).lower() and "range" in str(e.error)):
-            raise Mismatch("generate fails when top_k is at least the vocabulary size", _error_details(e),
+            raise Mismatch("generate fails when top_k is at least the vocabulary size", error_details(e),
                            hint="top_k >= V means: keep every token; use min(top_k, logits.shape[-1]) "
                                 "or skip the filter") from None
         raise

@@ -1,7 +1,7 @@
 """Checks for notebook 08: the loss, the learning-rate schedule, one training step and evaluation."""
 
-import contextlib
 import copy
+import inspect
 import math
 
 import torch
@@ -9,24 +9,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tutor import reference as ref
-from tutor.checks._core import LearnerError, Mismatch, call, case, check, expect_close, first_difference
+from tutor.checks._core import error_details, LearnerError, Mismatch, call, case, check, expect_close, first_difference
 
 __all__ = ["lm_loss", "lr_schedule", "train_step", "evaluate"]
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """These tensors are tiny: one thread is fastest, and much faster when other processes share the CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _error_details(e: LearnerError) -> list[str]:
-    return [f"{type(e.error).__name__}: {e.error}"] + ([f"at {e.where}"] if e.where else [])
 
 
 def _padded_targets(B, T, V, ignore_index, lengths):
@@ -96,10 +81,10 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
         msg = str(e.error)
         if "Expected target size" in msg or "expected input batch_size" in msg.lower() or "only batches of spatial" in msg:
             raise Mismatch("F.cross_entropy got the logits and targets in shapes it does not expect",
-                           _error_details(e), hint=LOSS_SHAPE_HINT) from None
+                           error_details(e), hint=LOSS_SHAPE_HINT) from None
         if isinstance(e.error, IndexError) or "out of bounds" in msg:
             raise Mismatch(f"a target is out of range: did you ignore targets equal to ignore_index={ignore_index}?",
-                           _error_details(e), hint="pass ignore_index=ignore_index to F.cross_entropy") from None
+                           error_details(e), hint="pass ignore_index=ignore_index to F.cross_entropy") from None
         raise
     if isinstance(got, (float, int)) and not isinstance(got, bool):
         raise Mismatch(f"lm_loss returned a Python {type(got).__name__}; it should return a 0-d tensor",
@@ -126,28 +111,30 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
 
 @check("lm_loss")
 def lm_loss(fn):
-    with _one_thread():
-        torch.manual_seed(0)
-        V, I = 28, 27
-        cases = [
-            ("names batch: logits [3, 6, 28], padded targets, ignore_index=27", 3, 6, V, I, [6, 4, 2]),
-            ("no padding: logits [2, 5, 28]", 2, 5, V, I, [5, 5]),
-            ("T = 1: logits [4, 1, 28], one row is padding", 4, 1, V, I, [1, 1, 0, 1]),
-            ("B ≠ T: logits [5, 3, 7], ignore_index=0", 5, 3, 7, 0, [3, 1, 2, 3, 1]),
-            ("ignore_index=-100 (PyTorch's default): logits [2, 4, 6]", 2, 4, 6, -100, [4, 2]),
-        ]
-        for label, B, T, Vc, ign, lengths in cases:
-            with case(label):
-                logits = torch.randn(B, T, Vc) * 2
-                y = _padded_targets(B, T, Vc, ign, lengths)
-                _run_loss(fn, logits, y, ign, label)
-        with case("large logits (about 1000): logits [2, 4, 28]"):
-            logits = torch.randn(2, 4, V) * 1000
-            y = _padded_targets(2, 4, V, I, [4, 3])
-            _run_loss(fn, logits, y, I, "large", hint=(
-                "log(softmax(x)) gives log(0) = -inf when a probability underflows: compute log-probabilities with "
-                "F.log_softmax or use F.cross_entropy, which are stable"))
-    return "6 cases, padding ignored, gradients match"
+    torch.default_generator.manual_seed(0)
+    V, I = 28, 27
+    cases = [
+        ("names batch: logits [3, 6, 28], padded targets, ignore_index=27", 3, 6, V, I, [6, 4, 2]),
+        ("logits [3, 5, 28], ignore_index=0 (27 is a real target here)", 3, 5, V, 0, [5, 3, 2]),
+        ("no padding: logits [2, 5, 28]", 2, 5, V, I, [5, 5]),
+        ("T = 1: logits [4, 1, 28], one row is padding", 4, 1, V, I, [1, 1, 0, 1]),
+        ("B ≠ T: logits [5, 3, 7], ignore_index=0", 5, 3, 7, 0, [3, 1, 2, 3, 1]),
+        ("ignore_index=-100 (PyTorch's default): logits [2, 4, 6]", 2, 4, 6, -100, [4, 2]),
+    ]
+    for label, B, T, Vc, ign, lengths in cases:
+        with case(label):
+            logits = torch.randn(B, T, Vc) * 2
+            y = _padded_targets(B, T, Vc, ign, lengths)
+            if ign != ref.PAD_Y and ref.PAD_Y < Vc:
+                y[:, 0] = ref.PAD_Y  # '.' as a real target: a loss that always ignores 27 shows here
+            _run_loss(fn, logits, y, ign, label)
+    with case("large logits (about 1000): logits [2, 4, 28]"):
+        logits = torch.randn(2, 4, V) * 1000
+        y = _padded_targets(2, 4, V, I, [4, 3])
+        _run_loss(fn, logits, y, I, "large", hint=(
+            "log(softmax(x)) gives log(0) = -inf when a probability underflows: compute log-probabilities with "
+            "F.log_softmax or use F.cross_entropy, which are stable"))
+    return "7 cases, padding ignored, gradients match"
 
 
 # --- lr_schedule ---------------------------------------------------------------------------
@@ -207,7 +194,7 @@ def _learner_curve(fn, steps, max_lr, warmup, total, min_lr, pass_min):
             got = call(fn, *args, what=shown)
         except LearnerError as e:
             if isinstance(e.error, ZeroDivisionError) and warmup == 0:
-                raise Mismatch("lr_schedule divides by zero when warmup_steps = 0", _error_details(e),
+                raise Mismatch("lr_schedule divides by zero when warmup_steps = 0", error_details(e),
                                hint="with warmup_steps = 0 there is no warm-up: test step < warmup_steps "
                                     "before dividing by warmup_steps") from None
             raise
@@ -439,14 +426,29 @@ def _sgd(lr):
     return lambda m: torch.optim.SGD(m.parameters(), lr=lr)
 
 
+NO_DEFAULT = inspect.Parameter.empty
+
+
+def _parameter_default(fn, name):
+    """The default value of ``fn``'s parameter ``name``, or NO_DEFAULT when there is none."""
+    try:
+        parameter = inspect.signature(fn).parameters.get(name)
+    except (TypeError, ValueError):
+        return NO_DEFAULT
+    return NO_DEFAULT if parameter is None else parameter.default
+
+
 @check("train_step")
 def train_step(fn):
-    with _one_thread():
-        return _check_train_step(fn)
+    return _check_train_step(fn)
 
 
 def _check_train_step(fn):
-    torch.manual_seed(0)
+    clip = _parameter_default(fn, "clip")
+    if clip is not NO_DEFAULT and clip != 1.0:
+        raise Mismatch(f"the default of `clip` is {clip!r}; the exercise asks for 1.0",
+                       hint="def train_step(model, batch, optimizer, ignore_index, clip=1.0):")
+    torch.default_generator.manual_seed(0)
     V, I = 7, 6
     toy = Toy(V)
     b1 = _toy_batch(3, 5, V, [5, 3, 2], I)
@@ -553,12 +555,11 @@ def _run_evaluate(fn, model, loader, ignore_index, max_batches, label, pass_max=
 
 @check("evaluate")
 def evaluate(fn):
-    with _one_thread():
-        return _check_evaluate(fn)
+    return _check_evaluate(fn)
 
 
 def _check_evaluate(fn):
-    torch.manual_seed(0)
+    torch.default_generator.manual_seed(0)
     V, I = 7, 6
     toy = Toy(V)
     # batches with very different numbers of real targets, so a mean of batch means is visibly wrong

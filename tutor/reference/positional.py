@@ -25,7 +25,7 @@ class PositionalEmbedding(nn.Module):
 
     def forward(self, x):
         T = x.shape[-2]
-        return x + self.weight[:T]
+        return x + self.weight[:T].to(x.dtype)
 
 
 def apply_rope(x: torch.Tensor, positions=None, theta: float = 10000.0) -> torch.Tensor:

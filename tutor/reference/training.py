@@ -346,15 +346,52 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
         torch.set_num_threads(threads)
 
 
+class _NotebookLine:
+    """A file for tqdm that shows the bar as one line of notebook output, replaced in place.
+
+    The saved output keeps the bar's last state, so a notebook opened on GitHub or after a headless
+    run shows the finished bar, not the 0% a progress widget would leave there.
+    """
+
+    encoding = "utf-8"  # tells tqdm it may draw the bar with Unicode blocks
+
+    def __init__(self):
+        from IPython.display import display
+
+        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def write(self, text):
+        text = text.replace("\r", "").strip()
+        if text:
+            self.handle.update({"text/plain": text}, raw=True)
+
+    def flush(self):
+        pass
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _progress_bar(total):
+    """A tqdm bar: in a notebook one line of output updated in place, elsewhere the usual one on stderr."""
+    from tqdm import tqdm
+
+    if _in_notebook():
+        return tqdm(total=total, desc="training", unit="step", mininterval=0.5, file=_NotebookLine(), ncols=100)
+    return tqdm(total=total, desc="training", unit="step", mininterval=0.5)
+
+
 def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn, ignore_index,
          progress, plot, device):
     history = History()
     batches = _batches(train_loader)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=config.steps, desc="training", unit="step", mininterval=0.5)
+    bar = _progress_bar(config.steps) if progress else None
     model.train()
     start = time.perf_counter()
     for step in range(config.steps):
