@@ -297,6 +297,14 @@ def _build_mlp(cls, reference, *args, **kwargs):
     return mlp
 
 
+def _ffn_inputs():
+    """The inputs both feed-forward checks use (width 16): batch, more leading dims, T = 1, large values."""
+    return [("x [2, 5, 16]", torch.randn(2, 5, 16)),
+            ("leading dims: x [2, 3, 4, 16]", torch.randn(2, 3, 4, 16)),
+            ("T = 1: x [1, 1, 16]", torch.randn(1, 1, 16)),
+            ("large values: x [2, 3, 16] * 10", torch.randn(2, 3, 16) * 10)]
+
+
 @check("MLP")
 def MLP(cls):
     d = 16
@@ -305,10 +313,7 @@ def MLP(cls):
         mlp = _build_mlp(cls, reference, d)
         mlp.eval()
     with torch.no_grad():
-        for label, x in [("x [2, 5, 16]", torch.randn(2, 5, 16)),
-                         ("leading dims: x [2, 3, 4, 16]", torch.randn(2, 3, 4, 16)),
-                         ("T = 1: x [1, 1, 16]", torch.randn(1, 1, 16)),
-                         ("large values: x [2, 3, 16] * 10", torch.randn(2, 3, 16) * 10)]:
+        for label, x in _ffn_inputs():
             with case(label):
                 got = call(mlp, x.clone(), what=f"mlp(x) with x of shape {list(x.shape)}")
                 expect_close(got, reference(x), "the MLP's output", mistakes=_mlp_mistakes(reference, x))
@@ -420,10 +425,7 @@ def SwiGLU(cls):
     with case("SwiGLU(16, 24)"):
         m, reference = _build_swiglu(cls, 16, 24)
     with torch.no_grad():
-        for label, x in [("x [2, 5, 16]", torch.randn(2, 5, 16)),
-                         ("leading dims: x [2, 3, 4, 16]", torch.randn(2, 3, 4, 16)),
-                         ("T = 1: x [1, 1, 16]", torch.randn(1, 1, 16)),
-                         ("large values: x [2, 3, 16] * 10", torch.randn(2, 3, 16) * 10)]:
+        for label, x in _ffn_inputs():
             with case(label):
                 got = call(m, x.clone(), what=f"swiglu(x) with x of shape {list(x.shape)}")
                 expect_close(got, reference(x), "the SwiGLU output", mistakes=_swiglu_mistakes(reference, x))
