@@ -1,6 +1,8 @@
 """Helpers for testing checks: a check must accept the reference, report a blank stub as
 "not done yet" without raising, and reject wrong implementations naming the mistake."""
 
+import re
+
 
 def passes(check, obj):
     result = check(obj)
@@ -17,13 +19,20 @@ def not_done(check, obj):
 
 
 def rejects(check, obj, *needles):
-    """The check fails and its message contains every needle (case-insensitive)."""
+    """The check fails and its message contains every needle (case-insensitive).
+
+    At least one needle must be found outside the "(case: ...)" label, so that the test proves
+    the message names the mistake, not only which input showed it.
+    """
     result = check(obj)
     assert result.passed is False, f"a wrong implementation passed:\n{result}"
     assert result.status == "failed", f"expected a failure, got:\n{result}"
     text = str(result).lower()
     for needle in needles:
         assert needle.lower() in text, f"{needle!r} is not in the message:\n{result}"
+    without_label = re.sub(r"\(case: .*?\)$", "", str(result), flags=re.M).lower()
+    assert any(n.lower() in without_label for n in needles), (
+        f"every needle {needles} is only in the case label; name the mistake:\n{result}")
     return result
 
 

@@ -120,7 +120,7 @@ def test_one_hot_rejects():
     rejects(checks.one_hot, one_hot_int, "dtype torch.int64", ".float()")
     rejects(checks.one_hot, one_hot_transposed, "wrong shape", "axes are swapped")
     rejects(checks.one_hot, one_hot_shifted, "one place too far")
-    rejects(checks.one_hot, one_hot_2d_only, "batch [2, 3, 4]")
+    rejects(checks.one_hot, one_hot_2d_only, "batch [2, 3, 4]", "any number of leading axes")
     rejects(checks.one_hot, one_hot_float64, "float64")
 
 

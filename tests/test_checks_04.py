@@ -69,7 +69,7 @@ def test_split_heads_rejects():
     rejects(checks.split_heads, split_einops_wrong_order, "interleaved")
     rejects(checks.split_heads, split_no_transpose, "wrong shape", "transpose is missing")
     rejects(checks.split_heads, split_wrong_transpose, "wrong shape", "transposed the wrong axes")
-    rejects(checks.split_heads, split_hardcoded_heads, "2 heads")
+    rejects(checks.split_heads, split_hardcoded_heads, "number of heads is wrong", "use the n_heads argument")
 
 
 def test_split_heads_rejects_in_place_change():

@@ -32,7 +32,8 @@ def _split_mistakes(x, n_heads):
          lambda: x.reshape(B, T, n_heads, d)),
         ("you transposed the wrong axes: after x.view(B, T, H, d_head) use .transpose(1, 2), which puts H before T",
          lambda: x.reshape(B, T, n_heads, d).transpose(2, 3)),
-        ("the sizes of the heads and of a head are swapped: there are n_heads heads of width C // n_heads",
+        (f"the number of heads is wrong: you made {d} heads of width {n_heads}; there must be n_heads = {n_heads} "
+         f"heads of width C // n_heads = {d} (use the n_heads argument; don't fix the number of heads or swap the two sizes)",
          lambda: x.reshape(B, T, d, n_heads).transpose(1, 2)),
     ]
 

@@ -1,9 +1,17 @@
 """The loss, the learning-rate schedule, one training step and evaluation (notebook 08)."""
 
 import math
+import time
+from dataclasses import dataclass, field, replace
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
+
+from tutor.reference.attention import MultiHeadAttention, merge_heads, split_heads
+from tutor.reference.layers import LayerNorm
+from tutor.reference.model import GPTConfig
+from tutor.reference.tokens import PAD_X, PAD_Y, vocab_size
 
 
 def lm_loss(logits, targets, ignore_index):
@@ -57,16 +65,6 @@ def evaluate(model, loader, ignore_index, max_batches=None):
 # --------------------------------------------------------------------------------------------
 # Beyond the four exercises: what notebook 08 and benchmarks/train_names.py share, so that the
 # notebook and the benchmark run the very same training loop.
-
-import time  # noqa: E402
-from dataclasses import dataclass, field, replace  # noqa: E402
-
-import torch.nn as nn  # noqa: E402
-
-from tutor.reference.attention import MultiHeadAttention, merge_heads, split_heads  # noqa: E402
-from tutor.reference.layers import LayerNorm  # noqa: E402
-from tutor.reference.model import GPTConfig  # noqa: E402
-from tutor.reference.tokens import PAD_X, PAD_Y, vocab_size  # noqa: E402
 
 
 # --- the baseline to beat: a count-based bigram model ---------------------------------------
