@@ -56,7 +56,7 @@ from functools import lru_cache
 from einops import EinopsError
 from einops.parsing import AnonymousAxis, ParsedExpression, _ellipsis
 
-__all__ = ["ShapeError", "expect_shape", "Dims"]
+__all__ = ["ShapeError", "expect_shape", "Dims", "explain", "typed"]
 
 
 class ShapeError(AssertionError):
@@ -196,6 +196,9 @@ def _hint(shape, items, texts, known, where, problem, var):
     fits = lambda s, its=items, txt=texts: _fits(tuple(s), its, txt, known, where)  # noqa: E731
 
     if problem == "rank" and ndim < n_fixed:
+        merged = _merged_hint(shape, items, texts, known, var)
+        if merged:
+            return merged
         if ndim == n_fixed - 1:
             for k, it in enumerate(items):
                 if it is None or not fits(shape, items[:k] + items[k + 1:], texts[:k] + texts[k + 1:]):
@@ -247,6 +250,69 @@ def _hint(shape, items, texts, known, where, problem, var):
             perm = min(perms, key=lambda p: sum(a != b for a, b in enumerate(p)))
             return f"Hint: the axes look out of order; try {var}.permute{perm}."
     return ""
+
+
+def _merged_hint(shape, items, texts, known, var):
+    """'axis H looks merged into d_head' when the shape is the expected one with two axes multiplied together."""
+    if None in items or len(shape) != len(items) - 1:
+        return ""
+    sizes = [_resolve(it, known) for it in items]
+    if any(s is None for s in sizes):
+        return ""
+    for k, j in itertools.permutations(range(len(items)), 2):
+        rest = [s for i, s in enumerate(sizes) if i != k]
+        at = j if j < k else j - 1
+        rest[at] *= sizes[k]
+        if sizes[k] > 1 and sizes[j] > 1 and tuple(rest) == tuple(shape):
+            a, b = sorted((k, j))
+            how = f"{var}.unflatten({at}, ({sizes[a]}, {sizes[b]}))"
+            new = at if k < j else at + 1  # where the split-off axis lands
+            if new != k:
+                how += f".transpose({k}, {new})" if abs(new - k) == 1 else f".movedim({new}, {k})"
+            return (f"Hint: axis {texts[k]!r} (size {sizes[k]}) looks merged into axis {texts[j]!r}: "
+                    f"axis {at} has size {shape[at]} = {sizes[a]}*{sizes[b]}. Split it with {how}.")
+    return ""
+
+
+def explain(shape, expected, names=None, var="x"):
+    """Why ``shape`` is not ``expected``, in the words of ``expect_shape``: a list of lines.
+
+    The first line names the axis and both sizes, the last (when it can tell) is a ``Hint:``
+    naming the likely fix (a transpose, an unsqueeze, a squeeze, an axis merged into another).
+    ``names`` (e.g. ``"B H T d_head"``) names the expected axes; without it the axes are numbered.
+    The checks in ``tutor.checks`` use it, so a wrong shape reads the same everywhere.
+    """
+    shape, expected = tuple(int(s) for s in shape), tuple(int(s) for s in expected)
+    if names is not None:
+        names = names.split() if isinstance(names, str) else list(names)
+    if names is None or len(names) != len(expected) or len(set(names)) != len(names):
+        names = [f"a{i}" for i in range(len(expected))]
+        texts = [str(e) for e in expected]
+    else:
+        texts = list(names)
+    items = tuple((n,) for n in names)
+    known = dict(zip(names, expected))
+    where = dict.fromkeys(names, "expected")
+    problem = _match(shape, items, tuple(texts), known, where)[2]
+    if problem is None:
+        return []
+    n = len(expected)
+    if problem == "rank":
+        first = f"{len(shape)} dimension{'s' * (len(shape) != 1)}, expected {n}"
+    else:
+        _, p, _ = problem
+        label = f" ({texts[p]!r})" if texts[p] != str(expected[p]) else ""
+        first = f"axis {p} (= {p - n}){label} has size {shape[p]}, expected {expected[p]}"
+    tup = lambda t: "(" + ", ".join(map(str, t)) + ("," if len(t) == 1 else "") + ")"  # noqa: E731
+    lines = [f"expected shape {tup(expected)}, got {tup(shape)}: {first}."]
+    hint = _hint(shape, items, tuple(texts), known, where, problem, var)
+    if texts[0] == str(expected[0]) and names[0] == "a0":  # unnamed axes: drop the "('4')" labels
+        hint = re.sub(r" \('\d+'\)", "", hint)
+        hint = re.sub(r"the first axis '\d+'", "the first axis", hint)
+        hint = re.sub(r"axis '(\d+)' \(size \d+\)", r"an axis of size \1", hint)
+        hint = re.sub(r"into axis '(\d+)'", r"into the axis of size \1", hint)
+        hint = re.sub(r"axis '(\d+)' looks", r"an axis of size \1 looks", hint)
+    return lines + ([hint] if hint else [])
 
 
 def _swapped(shape, i, j):
