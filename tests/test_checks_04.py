@@ -605,3 +605,27 @@ def test_mha_with_a_fixed_dropout_rate_names_it():
             super().__init__(d_model, n_heads, causal, dropout=0.1)
 
     rejects(checks.MultiHeadAttention, MHA, "right in eval mode but not in train mode", "not a fixed rate")
+
+
+# --- issue 13: shape messages in tutor.shapes' words, with a likely cause --------------------------
+
+
+def test_split_heads_without_a_head_axis_says_where_the_heads_went():
+    rejects(checks.split_heads, lambda x, n_heads: x, "wrong shape", "axis 'H' (size 2) looks merged into axis 'd_head'",
+            ".unflatten(2, (2, 4)).transpose(1, 2)")
+
+
+def test_split_heads_that_drops_the_batch_axis_is_named():
+    def split_first_only(x, n_heads):
+        B, T, C = x.shape
+        return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)[0]
+
+    rejects(checks.split_heads, split_first_only, "wrong shape", "the first axis 'B' looks missing")
+
+
+def test_mha_returning_unmerged_heads_is_named():
+    class MHA(ref.MultiHeadAttention):
+        def forward(self, x, mask=None):
+            return ref.split_heads(super().forward(x, mask), self.n_heads)
+
+    rejects(checks.MultiHeadAttention, MHA, "wrong shape", "looks split off axis 3", ".transpose(1, 2).flatten(2, 3)")

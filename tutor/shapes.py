@@ -230,6 +230,19 @@ def _hint(shape, items, texts, known, where, problem, var):
                 if fits(merged):
                     return (f"Hint: axes {k} and {k + 1} ({shape[k]} x {shape[k + 1]}) look like one axis "
                             f"split in two; merge them with {var}.flatten({k}, {k + 1}) or .reshape(...).")
+        if ndim == n_fixed + 1:  # an axis split off and moved away (e.g. heads not merged back)
+            for i, j in itertools.permutations(range(ndim), 2):
+                if abs(i - j) == 1 or shape[i] == 1:
+                    continue
+                to = j - 1 if i < j else j + 1  # next to axis j, as its major (i < j) or minor part
+                moved = list(shape)
+                moved.insert(to, moved.pop(i))
+                lo = min(to, j if i < j else j)
+                merged = moved[:lo] + [moved[lo] * moved[lo + 1]] + moved[lo + 2:]
+                if fits(merged):
+                    move = f"transpose({i}, {to})" if abs(i - to) == 1 else f"movedim({i}, {to})"
+                    return (f"Hint: axis {i} (size {shape[i]}) looks split off axis {j} (size {shape[j]}) and not "
+                            f"merged back; try {var}.{move}.flatten({lo}, {lo + 1}).")
         return f"Hint: drop size-1 axes with {var}.squeeze(dim), or merge axes with {var}.flatten(...)."
 
     # a wrong size: is the shape a permutation of one that fits?
@@ -274,12 +287,13 @@ def _merged_hint(shape, items, texts, known, var):
     return ""
 
 
-def explain(shape, expected, names=None, var="x"):
+def explain(shape, expected, names=None, var="x", output=False):
     """Why ``shape`` is not ``expected``, in the words of ``expect_shape``: a list of lines.
 
     The first line names the axis and both sizes, the last (when it can tell) is a ``Hint:``
     naming the likely fix (a transpose, an unsqueeze, a squeeze, an axis merged into another).
     ``names`` (e.g. ``"B H T d_head"``) names the expected axes; without it the axes are numbered.
+    ``output=True`` words the hints for a function's result (a lost axis, not a missing batch).
     The checks in ``tutor.checks`` use it, so a wrong shape reads the same everywhere.
     """
     shape, expected = tuple(int(s) for s in shape), tuple(int(s) for s in expected)
@@ -312,6 +326,9 @@ def explain(shape, expected, names=None, var="x"):
         hint = re.sub(r"axis '(\d+)' \(size \d+\)", r"an axis of size \1", hint)
         hint = re.sub(r"into axis '(\d+)'", r"into the axis of size \1", hint)
         hint = re.sub(r"axis '(\d+)' looks", r"an axis of size \1 looks", hint)
+    if output and "Is this one example instead of a batch?" in hint:
+        hint = hint[:hint.index("Is this")] + ("Keep every leading axis of the input: an [0], a squeeze() or a loop "
+                                               "over one example drops it.")
     return lines + ([hint] if hint else [])
 
 

@@ -366,7 +366,7 @@ def shape_mismatch(got_shape, expected_shape, what: str, names: str | None = Non
     from tutor.shapes import explain
 
     got_shape, expected_shape = tuple(got_shape), tuple(expected_shape)
-    lines = explain(got_shape, expected_shape, names, var="out")
+    lines = explain(got_shape, expected_shape, names, var="out", output=True)
     hint = lines[-1][len("Hint: "):] if lines and lines[-1].startswith("Hint: ") else None
     details = lines[:-1] if hint else lines
     if hint is None and sorted(got_shape) == sorted(expected_shape):

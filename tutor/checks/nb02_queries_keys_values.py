@@ -87,7 +87,8 @@ def AttentionHead(cls):
             x = torch.randn(*shape)
             got = call(head, x.clone(), what=f"head(x) with x of shape {list(shape)}")
             expected = reference(x)
-            expect_close(got, expected, "the head's output", atol=1e-5, mistakes=_head_mistakes(reference, x))
+            expect_close(got, expected, "the head's output", atol=1e-5, mistakes=_head_mistakes(reference, x),
+                         names="B T d_head")
     return "4 cases"
 
 

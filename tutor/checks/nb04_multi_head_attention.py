@@ -55,7 +55,7 @@ def split_heads(fn):
             if not torch.equal(x, before):
                 raise Mismatch("split_heads changed its input in place", hint="return a new view; don't write into x")
             expected = ref.split_heads(x, n_heads)
-            expect_close(got, expected, f"split_heads(x, {n_heads})", atol=0, rtol=0,
+            expect_close(got, expected, f"split_heads(x, {n_heads})", atol=0, rtol=0, names="B H T d_head",
                          mistakes=_split_mistakes(x, n_heads))
     return "6 cases; head h gets columns h*d_head:(h+1)*d_head"
 
@@ -103,7 +103,7 @@ def merge_heads(fn):
             if not torch.equal(x, before):
                 raise Mismatch("merge_heads changed its input in place", hint="return a new tensor; don't write into x")
             expected = ref.merge_heads(x)
-            expect_close(got, expected, "merge_heads(x)", atol=0, rtol=0, mistakes=_merge_mistakes(x))
+            expect_close(got, expected, "merge_heads(x)", atol=0, rtol=0, mistakes=_merge_mistakes(x), names="B T C")
     with case("round trip merge_heads(split_heads(x, 4)) == x"):
         x = torch.randn(2, 5, 16)
         got = call(fn, ref.split_heads(x, 4), what="merge_heads(split_heads(x, 4))")
@@ -261,7 +261,7 @@ def _run_mha(mine, theirs, x, mask, causal, what):
         hint = "forward should return only the output tensor, not (output, weights)"
     try:
         expect_close(got, expected, "the attention output", atol=1e-5, rtol=1e-4,
-                     mistakes=_mha_mistakes(theirs, x, mask, causal), hint=hint)
+                     mistakes=_mha_mistakes(theirs, x, mask, causal), hint=hint, names="B T C")
     except Mismatch as m:
         p = theirs.dropout.p
         if m.hint is None and mine.training and p == 0 and _right_in_eval_mode(mine, args, expected):

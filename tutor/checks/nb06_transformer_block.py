@@ -569,7 +569,7 @@ def TransformerBlock(cls):
             with case(label):
                 args = (x.clone(),) if mask is None else (x.clone(), mask)
                 got = call(block, *args, what="block(x)" if mask is None else "block(x, mask)")
-                expect_close(got, reference(x, mask), "the block's output", atol=1e-5, rtol=1e-4,
+                expect_close(got, reference(x, mask), "the block's output", atol=1e-5, rtol=1e-4, names="B T C",
                              mistakes=_block_mistakes(reference, x, mask))
 
         with case("x [2, 5, 16] in train mode: the default dropout=0.0 drops nothing"):
