@@ -326,9 +326,11 @@ def explain(shape, expected, names=None, var="x", output=False):
         hint = re.sub(r"axis '(\d+)' \(size \d+\)", r"an axis of size \1", hint)
         hint = re.sub(r"into axis '(\d+)'", r"into the axis of size \1", hint)
         hint = re.sub(r"axis '(\d+)' looks", r"an axis of size \1 looks", hint)
+    keep = "Keep every leading axis of the input: an [0], a squeeze() or a loop over one example drops it."
     if output and "Is this one example instead of a batch?" in hint:
-        hint = hint[:hint.index("Is this")] + ("Keep every leading axis of the input: an [0], a squeeze() or a loop "
-                                               "over one example drops it.")
+        hint = hint[:hint.index("Is this")] + keep
+    elif output and "looks missing, often the batch axis" in hint:
+        hint = hint[:hint.index(", often the batch axis")] + ". " + keep
     return lines + ([hint] if hint else [])
 
 
