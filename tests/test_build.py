@@ -457,11 +457,11 @@ def test_cli_reports_bad_markers_on_stderr(dirs):
     assert not notebooks.exists()
 
 
-def test_cli_without_arguments_prints_help_and_catalog_lists_exercises():
+def test_cli_without_arguments_prints_usage_and_fails_and_catalog_lists_exercises():
     result = cli()
-    assert result.returncode == 0
+    assert result.returncode == 2 and result.stderr.startswith("usage: python -m tutor")
     for command in ("build", "run", "catalog"):
-        assert command in result.stdout
+        assert command in result.stderr
     result = cli("catalog")
     assert result.returncode == 0
     from tutor import catalog
@@ -514,3 +514,45 @@ def test_the_repository_learner_notebooks_are_up_to_date():
     result = cli("build", "--check")
     assert result.returncode == 0, (
         "notebooks/ is out of date with solutions/; run `python -m tutor build`\n" + result.stdout + result.stderr)
+
+
+def _env_for_data(tmp_path, **extra):
+    env = {key: value for key, value in os.environ.items() if key not in ("TUTOR_NAMES", "TUTOR_OFFLINE")}
+    return {**env, "PYTHONPATH": str(ROOT), "TUTOR_CACHE_DIR": str(tmp_path / "cache"), **extra}
+
+
+def test_run_refuses_when_the_names_are_not_the_full_data_set(tmp_path):
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    nb = new_notebook(cells=[new_code_cell("open('ran', 'w').write('yes')")])
+    nbformat.write(nb, solutions / "01_x.ipynb")
+    args = [sys.executable, "-m", "tutor", "run", "--solutions", str(solutions), "--notebooks", str(tmp_path / "nb")]
+    offline = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                             env=_env_for_data(tmp_path, TUTOR_OFFLINE="1"))
+    assert offline.returncode == 2, offline.stdout + offline.stderr
+    assert "refusing to run" in offline.stderr and "offline fallback" in offline.stderr
+    assert "--partial-data" in offline.stderr and not (solutions / "ran").exists()
+
+    small = tmp_path / "few.txt"
+    small.write_text("laika\nmary\n")
+    forced = subprocess.run(args + ["--partial-data", "--timeout", "120"], capture_output=True, text=True,
+                            timeout=300, env=_env_for_data(tmp_path, TUTOR_NAMES=str(small)))
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "WARNING: --partial-data: the notebooks would train on 2 names" in forced.stderr
+    assert (solutions / "ran").read_text() == "yes"
+
+
+def test_run_with_the_full_data_set_is_not_refused():
+    from tutor import __main__ as cli_main
+    from conftest import ALLNAMES
+    if not ALLNAMES.is_file():
+        pytest.skip(f"{ALLNAMES} is absent")
+    old = os.environ.get("TUTOR_NAMES")
+    os.environ["TUTOR_NAMES"] = str(ALLNAMES)
+    try:
+        assert cli_main.data_source_problem() is None
+    finally:
+        if old is None:
+            os.environ.pop("TUTOR_NAMES")
+        else:
+            os.environ["TUTOR_NAMES"] = old
