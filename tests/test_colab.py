@@ -19,6 +19,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import sysconfig
 
 import nbformat
 import pytest
@@ -75,6 +76,11 @@ def _colab_venv(tmp_path_factory) -> pathlib.Path:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+        if sys.prefix != sys.base_prefix:  # we run in a venv (as in CI): see its packages too, after the new venv's own
+            site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+            outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+            (pathlib.Path(site) / "_outer_env.pth").write_text("\n".join(sorted(outer)) + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                     f"ipython=={COLAB_IPYTHON}", "ipywidgets==7.7.*"], check=True, timeout=600)
     return python
