@@ -136,7 +136,7 @@ def test_download_lands_in_cache_then_cache_is_used(monkeypatch, tmp_path, serve
     assert len(fake.calls) == 1  # not downloaded again
     assert second.source == "cache" and second.names == first.names
     assert len(second.names) == expected_count(served)
-    assert capsys.readouterr().out == f"Names: {len(second.names):,} from the cache (allnames.txt, checksum verified)\n"
+    assert capsys.readouterr().out == f"Names: {len(second.names):,} from the cache ({tmp_path / 'cache' / 'allnames.txt'}, checksum verified)\n"
 
 
 def test_second_url_is_tried(monkeypatch, served):

@@ -351,7 +351,7 @@ def load_names_with_source(path=None, *, verbose: bool = True,
         if problem:
             remarks.append(problem)
         if lines is not None:
-            source, location, where = "cache", str(cached), f"from the cache ({FILENAME}, checksum verified)"
+            source, location, where = "cache", str(cached), f"from the cache ({cached}, checksum verified)"
         elif not offline:
             lines, url, note = _try_download(cached)
             if lines is not None:
