@@ -38,7 +38,7 @@ NOTEBOOKS = [
     Notebook(3, "03_masking", "Masking",
              "causal and padding masks, masked attention", 45),
     Notebook(4, "04_multi_head_attention", "Multi-head attention",
-             "splitting and merging heads, multi-head attention", 60),
+             "splitting and merging heads, multi-head attention", 90),  # a learner's walk-through took 75-90
     Notebook(5, "05_positional_encodings", "Positional encodings",
              "sinusoidal and learned position embeddings, rotary embeddings (RoPE)", 60),
     Notebook(6, "06_transformer_block", "The transformer block",

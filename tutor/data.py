@@ -9,7 +9,8 @@ Where the names come from, in this order:
    ``TUTOR_CACHE_DIR`` moves the cache.
 3. A download of ``allnames.txt`` into the cache (5 s timeout, checksum verified).
    ``TUTOR_OFFLINE=1`` skips it.
-4. The offline fallback: the ~5,000 US census first names shipped inside the ``names`` package.
+4. The offline fallback: the ~5,000 US census first names shipped inside the ``names`` package
+   (installed with the course). Its notice says how to get the full list.
 
 Every load prints one line saying which source was used and how many names it gave
 (``verbose=False`` silences it). Names are lowercased and anything outside a-z is dropped.
@@ -24,6 +25,7 @@ import hashlib
 import importlib.resources
 import os
 import random
+import socket
 import tempfile
 import urllib.error
 import urllib.request
@@ -34,6 +36,9 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
+from tutor.errors import (
+    NamesFileError, NamesFileIsADirectoryError, NamesFileNotFoundError, NoNamesError,
+)
 from tutor.reference.tokens import (  # noqa: F401  (re-exported)
     PAD_X, PAD_Y, alphabet, decode, encode, itos, stoi, vocab_size,
 )
@@ -41,6 +46,7 @@ from tutor.reference.tokens import (  # noqa: F401  (re-exported)
 __all__ = [
     "alphabet", "stoi", "itos", "vocab_size", "PAD_X", "PAD_Y", "encode", "decode",
     "LoadedNames", "load_names", "load_names_with_source", "clean_names", "cache_dir",
+    "check_names_text", "full_list_hint", "is_full_data_set",
     "split_names", "max_name_length", "NamesDataset", "collate", "make_loader",
 ]
 
@@ -50,7 +56,11 @@ __all__ = [
 FILENAME = "allnames.txt"
 # Candidate download URLs, tried in order. The checksum below pins the content, so a changed
 # upstream file is rejected (and we fall back) rather than silently used.
+# The first is pinned to the upstream commit whose allnames.txt has this checksum; the branch
+# URLs are second candidates (used only while their file still has the same checksum).
+UPSTREAM_COMMIT = "0b1a1316457d55447d1a1f7bfe57ee15e53cc2f0"
 URLS = (
+    f"https://raw.githubusercontent.com/hackerb9/ssa-baby-names/{UPSTREAM_COMMIT}/allnames.txt",
     "https://raw.githubusercontent.com/hackerb9/ssa-baby-names/master/allnames.txt",
     "https://github.com/hackerb9/ssa-baby-names/raw/master/allnames.txt",
 )
@@ -118,6 +128,10 @@ def _describe(error: BaseException) -> str:
         error = error.reason  # e.g. a timeout or a DNS failure inside urlopen
     if isinstance(error, TimeoutError):
         return f"timed out after {TIMEOUT:g} s"
+    if isinstance(error, socket.gaierror):  # DNS: almost always "no internet here"
+        return "no internet connection (the name lookup failed)"
+    if isinstance(error, (ConnectionError, OSError)) and not str(error):
+        return "no network connection"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
@@ -173,14 +187,46 @@ def _lines(data: bytes) -> list[str]:
 # -----------------------------------------------------------------------------
 # the sources
 
+MAX_NAME_LETTERS = 40  # a longer "name" is not a name (the longest in allnames.txt has 15 letters)
+
+
+def _is_name_like(line: str) -> bool:
+    """A line that reads as a name: one to three words, at least 2/3 letters, at most 40 letters."""
+    words = line.split()
+    text = "".join(words)
+    letters = sum(ch.isalpha() for ch in text)
+    return 1 <= len(words) <= 3 and 0 < letters <= MAX_NAME_LETTERS and letters * 3 >= 2 * len(text)
+
+
+def check_names_text(data: bytes, where: str) -> list[str]:
+    """The lines of a names file, or a one-line ``NamesFileError`` when it is not one.
+
+    Rejected: a file that is not text (NUL bytes, or more than 1% of it not UTF-8 or control
+    characters, as in a zip, an image or random bytes), and a text file in which fewer than half
+    of the non-blank lines read as a name (one to three words, at least 2/3 letters, at most 40 letters).
+    """
+    what = f"expected a text file with one name per line, such as {FILENAME}"
+    text = data.decode("utf-8-sig", errors="replace")
+    bad = text.count("\ufffd") + sum(ch < " " and ch not in "\t\n\r\f\v" for ch in text)
+    if b"\0" in data or bad > max(1, len(text) // 100):
+        raise NamesFileError(f"{where} is not a text file ({what})")
+    lines = text.splitlines()
+    filled = [line for line in lines if line.strip()]
+    names = sum(_is_name_like(line) for line in filled)
+    if filled and names * 2 < len(filled):
+        raise NamesFileError(f"{where} does not look like a names file: only {names:,} of its "
+                             f"{len(filled):,} lines read as a name ({what})")
+    return lines
+
+
 def _read_user_file(path, origin: str) -> tuple[list[str], str]:
-    """Lines of a names file the user pointed at, with clear errors."""
+    """Lines of a names file the user pointed at, with clear one-line errors."""
     p = Path(os.fspath(path)).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"Names file not found: {p} ({origin})")
+        raise NamesFileNotFoundError(f"Names file not found: {p} ({origin})")
     if p.is_dir():
-        raise IsADirectoryError(f"Names file is a directory, not a text file: {p} ({origin})")
-    return _lines(p.read_bytes()), str(p)
+        raise NamesFileIsADirectoryError(f"Names file is a directory, not a text file: {p} ({origin})")
+    return check_names_text(p.read_bytes(), f"The names file {p} ({origin})"), str(p)
 
 
 def _read_cache(path: Path) -> tuple[list[str] | None, str | None]:
@@ -233,7 +279,7 @@ def _fallback_lines() -> tuple[list[str], str]:
     try:
         folder = importlib.resources.files(FALLBACK_PACKAGE)
     except ModuleNotFoundError:
-        raise RuntimeError(
+        raise NoNamesError(
             f"No names available: {FILENAME} is neither cached nor downloadable, and the offline "
             f"fallback needs the '{FALLBACK_PACKAGE}' package (pip install names). Or point "
             f"{ENV_NAMES} at a text file with one name per line."
@@ -261,6 +307,26 @@ def _say(line: str) -> None:
         print(line.encode("ascii", "replace").decode("ascii"))
 
 
+def full_list_hint() -> str:
+    """How to get the full data set, in one clause (part of the offline notice)."""
+    return (f"for all {NUM_NAMES:,} names, run once with internet (they are cached in {cache_dir()}) "
+            f"or set {ENV_NAMES}=/path/to/{FILENAME}")
+
+
+def is_full_data_set(loaded: "LoadedNames") -> bool:
+    """True when ``loaded`` holds the full checksummed data set (cache, download or an identical file)."""
+    if loaded.source in ("cache", "download"):
+        return True
+    return loaded.source == "file" and len(loaded.names) == NUM_NAMES and _file_matches(loaded.location)
+
+
+def _file_matches(location: str) -> bool:
+    try:
+        return _sha256(Path(location).read_bytes()) == SHA256
+    except OSError:
+        return False
+
+
 def load_names_with_source(path=None, *, verbose: bool = True,
                            offline: bool | None = None) -> LoadedNames:
     """Load and clean the names, and say where they came from. See the module docstring.
@@ -285,7 +351,7 @@ def load_names_with_source(path=None, *, verbose: bool = True,
         if problem:
             remarks.append(problem)
         if lines is not None:
-            source, location, where = "cache", str(cached), f"from the cache ({FILENAME}, checksum verified)"
+            source, location, where = "cache", str(cached), f"from the cache ({cached}, checksum verified)"
         elif not offline:
             lines, url, note = _try_download(cached)
             if lines is not None:
@@ -294,18 +360,19 @@ def load_names_with_source(path=None, *, verbose: bool = True,
                 if note:
                     remarks.append(note)
             else:
-                remarks.append(f"could not download {FILENAME}: {note}")
+                remarks.append(f"offline (could not download {FILENAME}: {note})")
         else:
-            remarks.append("offline: no download tried")
+            remarks.append(f"offline ({ENV_OFFLINE}=1: no download tried)")
         if lines is None:
             lines, location = _fallback_lines()
             source, where = "fallback", f"from {FALLBACK_DESCRIPTION}"
+            remarks.append(full_list_hint())
 
     names, dropped_chars, changed, dropped_names = clean_names(lines)
     if not names:
         what = "no names" if dropped_names == 0 else "no names made of the letters a–z"
-        raise ValueError(f"{location} contains {what} "
-                         "(expected a text file with one name per line)")
+        raise NamesFileError(f"{location} contains {what} "
+                             "(expected a text file with one name per line)")
     if dropped_chars:
         remarks.append(f"dropped {_count(dropped_chars, 'character')} outside a–z "
                        f"from {_count(changed, 'name')}")
