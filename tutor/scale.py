@@ -461,3 +461,93 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- data parallelism by hand, for notebook 10 ------------------------------------------------------
+
+
+def _dp_worker(rank, world_size, store, out_dir, fn, source, name, config, x, y, lr):
+    """One rank of ``data_parallel_step``: its slice of the batch, backward, the learner's
+    ``average_gradients``, one SGD step; saves its weights."""
+    import torch.distributed as dist
+
+    from tutor.checks.nb10_scaling_up import _function_from_source
+    from tutor.reference.training import lm_loss
+
+    result = {"rank": rank}
+    try:
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+        if fn is None:
+            fn = _function_from_source(source, name)
+        model = tr.make_model(config)
+        per_rank = len(x) // world_size
+        xs, ys = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+        loss = lm_loss(model(xs), ys, IGNORE_NONE)
+        loss.backward()
+        fn(model)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p -= lr * p.grad
+        result.update(loss=loss.item(), weights={k: v.clone() for k, v in model.state_dict().items()})
+        dist.destroy_process_group()
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def data_parallel_step(average_gradients_fn, config: ScaleConfig, x, y, world_size=2, lr=0.5, timeout=120.0):
+    """One SGD step of ``config``'s model on the batch ``(x, y)`` split over ``world_size`` Gloo
+    processes, which average their gradients with ``average_gradients_fn``; and the same step in
+    this process on the whole batch.
+
+    Returns ``{"ranks": [weights of every rank], "single": weights of the one process,
+    "losses": [each rank's loss]}``. Raises ``RuntimeError`` with the reason when no process
+    group can start here.
+    """
+    import inspect
+    import multiprocessing
+    import tempfile
+    import textwrap
+
+    from tutor.checks.nb10_scaling_up import start_method
+    from tutor.reference.training import lm_loss
+
+    method = start_method()
+    fn, source, name = average_gradients_fn, None, None
+    if method == "spawn":
+        source = textwrap.dedent(inspect.getsource(average_gradients_fn))
+        fn, name = None, average_gradients_fn.__name__
+    ctx = multiprocessing.get_context(method)
+    with tempfile.TemporaryDirectory(prefix="tutor-dp-") as tmp:
+        procs = [ctx.Process(target=_dp_worker, daemon=True,
+                             args=(r, world_size, os.path.join(tmp, "store"), tmp, fn, source, name, config, x, y, lr))
+                 for r in range(world_size)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+        results = [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False)
+                   if os.path.exists(os.path.join(tmp, f"rank{r}.pt")) else {"error": "did not finish"}
+                   for r in range(world_size)]
+    errors = [f"rank {r}: {res['error']}" for r, res in enumerate(results) if "error" in res]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    model = tr.make_model(config)
+    lm_loss(model(x), y, IGNORE_NONE).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= lr * p.grad
+    return {"ranks": [r["weights"] for r in results], "single": {k: v.clone() for k, v in model.state_dict().items()},
+            "losses": [r["loss"] for r in results]}
+
+
+def max_difference(a: dict, b: dict) -> float:
+    """The largest absolute difference between two state dicts."""
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
