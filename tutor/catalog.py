@@ -47,6 +47,8 @@ NOTEBOOKS = [
              "a GPT with GPT-2 initialisation, and generation with temperature and top-k", 60),
     Notebook(8, "08_training", "Training on a GPU",
              "the loss, a learning-rate schedule, the training loop, evaluation; sampling new names", 90),
+    Notebook(10, "10_scaling_up", "Scaling up: Shakespeare, mixed precision and many GPUs",
+             "random text windows, FLOPs and MFU, exact resume, data parallelism with torch.distributed", 90),
 ]
 
 
@@ -94,6 +96,10 @@ EXERCISES = [
     _ex("lr_schedule", 8, "lr_schedule(step, max_lr, warmup_steps, total_steps, min_lr=0.0) -> float"),
     _ex("train_step", 8, "train_step(model, batch, optimizer, ignore_index, clip=1.0) -> float"),
     _ex("evaluate", 8, "evaluate(model, loader, ignore_index, max_batches=None) -> float"),
+    # 10
+    _ex("get_batch", 10, "get_batch(data: LongTensor[N], block_size, batch_size, generator=None) -> (x, y)"),
+    _ex("flops_per_token", 10, "flops_per_token(n_params, n_layers, d_model, block_size) -> int"),
+    _ex("average_gradients", 10, "average_gradients(model): every .grad becomes its mean over all processes"),
 ]
 
 BY_NAME = {e.name: e for e in EXERCISES}
