@@ -16,4 +16,14 @@ REPO_URL = "https://github.com/transformers-from-scratch/course"
 
 from tutor.device import get_device, seed_everything  # noqa: E402
 
-__all__ = ["REPO_URL", "get_device", "seed_everything", "__version__"]
+
+
+def progress(*notebooks: int):
+    """Your progress: every exercise of these notebooks (default: all) as ✅ / ❌ / ⏳ with the date of
+    its last pass, e.g. ``tutor.progress(3)``. See ``tutor.tracking``."""
+    from tutor.tracking import progress as _progress
+
+    return _progress(*notebooks)
+
+
+__all__ = ["REPO_URL", "get_device", "seed_everything", "progress", "__version__"]
