@@ -4,9 +4,10 @@ For every exercise of every submitted notebook the grader recomputes the result 
 Jupyter kernel that it controls (nbclient), and believes nothing the notebook stored:
 
 1. It builds a grading notebook of its own: a preamble (memory cap, settings, a snapshot of
-   ``torch`` and ``builtins``), the *course's* setup and import cells (not the learner's copies),
-   then the learner's code cells (the exercise cells, and any cell the learner added), in their
-   order. Check cells, stored outputs and the course's other cells are left out.
+   ``torch`` and ``builtins``), the *course's* setup cell, then in the notebook's order the
+   learner's exercise cells and the cells the learner added, and of the course's other cells only
+   their imports, functions, classes and ``yours_or_reference(...)`` bindings (no plots, widgets or
+   training). Check cells, stored outputs and the learner's copies of course cells are left out.
 2. After the learner's code has run it resets IPython's event hooks, restores anything the
    learner's code changed in ``torch``, ``torch.Tensor``, ``torch.nn.functional``,
    ``torch.nn.Module`` and ``builtins``, throws away every ``tutor`` module the kernel imported
@@ -219,10 +220,10 @@ def find_submissions(paths, workdir: pathlib.Path) -> list[tuple[str, str, list[
 @dataclass
 class Template:
     number: int
-    cells: list  # the learner notebook built from the solution
-    setup: list[str]  # sources of the setup cell and the import-only cells
-    exercise_ids: dict[str, str]  # cell id -> exercise name
-    sources: set[str]  # normalised sources of the course's code cells
+    code: list[str]  # the course's code cells (from the learner notebook built from the solution)
+    ids: list  # their cell ids
+    context: list[str]  # what of each course cell runs: imports, definitions, yours_or_reference(...)
+    exercise_at: dict[int, str]  # index into code -> exercise name, for the exercise cells
     points: dict[str, float]
 
 
@@ -234,12 +235,42 @@ def _normalise(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
-def _import_only(source: str) -> bool:
-    try:
-        body = ast.parse(source).body
-    except SyntaxError:
+def _is_cheap_value(node) -> bool:
+    """A value a course cell may bind for later cells: a constant, a name, ``ref.X``, or
+    ``yours_or_reference(...)`` (and tuples of these)."""
+    if isinstance(node, ast.Tuple):
+        return bool(node.elts) and all(_is_cheap_value(e) for e in node.elts)
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, ast.Attribute):
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return isinstance(node, ast.Name)
+    if not isinstance(node, ast.Call):
         return False
-    return bool(body) and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body)
+    func = node.func
+    return getattr(func, "attr", None) == "yours_or_reference" or getattr(func, "id", None) == "yours_or_reference"
+
+
+def context_source(source: str) -> str:
+    """What of a course cell the grader runs: its imports, functions and classes, and the names it
+    binds to constants, names, ``ref.X`` or ``yours_or_reference(...)``; not its prints, plots,
+    widgets or training loops."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    def names_only(targets):
+        return all(isinstance(t, ast.Name) or (isinstance(t, ast.Tuple) and names_only(t.elts)) for t in targets)
+
+    keep = [node for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            or (isinstance(node, ast.Assign) and names_only(node.targets) and _is_cheap_value(node.value))]
+    # each statement on its own: one that fails (a name the learner never defined) skips only itself
+    guarded = [ast.Try(body=[node], handlers=[ast.ExceptHandler(type=ast.Name("Exception"), name=None,
+                                                                 body=[ast.Pass()])], orelse=[], finalbody=[])
+               for node in keep]
+    return "\n".join(ast.unparse(ast.fix_missing_locations(node)) for node in guarded)
 
 
 def load_template(number: int, options: Options) -> Template:
@@ -251,15 +282,15 @@ def load_template(number: int, options: Options) -> Template:
         nb_entry = catalog.notebook(number)
         solution = read_notebook(solutions / nb_entry.filename)
         learner = make_learner_notebook(solution, f"solutions/{nb_entry.filename}")
-        where = _points.exercise_cells(solution, number)
-        code = [c for c in learner.cells if c.cell_type == "code"]
-        setup = [code[0].source] + [c.source for c in code[1:] if _import_only(c.source)] if code else []
+        where = {i: name for name, i in _points.exercise_cells(solution, number).items()}
+        code_at = [i for i, c in enumerate(learner.cells) if c.cell_type == "code"]
+        code = [learner.cells[i].source for i in code_at]
         template = Template(
             number=number,
-            cells=learner.cells,
-            setup=setup,
-            exercise_ids={learner.cells[i].get("id", f"#{i}"): name for name, i in where.items()},
-            sources={_normalise(c.source) for c in code},
+            code=code,
+            ids=[learner.cells[i].get("id") for i in code_at],
+            context=[code[0] if k == 0 else context_source(src) for k, src in enumerate(code)],
+            exercise_at={k: where[i] for k, i in enumerate(code_at) if i in where},
             points=_points.points_for(number, options.points, solutions),
         )
         _TEMPLATES[key] = template
@@ -287,43 +318,74 @@ def _write_package(snapshot: dict[str, bytes], directory: pathlib.Path) -> pathl
 
 @dataclass
 class PlannedCell:
-    role: str  # "grader", "course", "learner" or "check"
+    role: str  # "grader", "setup", "course", "learner", "grader-load" or "check"
     source: str
     label: str  # for messages: "cell 7 (your `softmax`)"
     exercises: tuple = ()  # the exercises this learner cell defines, or the check's exercise
     nonce: str | None = None
 
 
-def plan_learner_cells(submission, template: Template) -> list[PlannedCell]:
-    """The learner's code cells to run, in order: exercise cells and cells the learner added."""
-    names = {e.learner_name: e.name for e in catalog.exercises(template.number)}
-    by_learner_name: dict[str, list[str]] = {}
+def plan_cells(submission, template: Template) -> list[PlannedCell]:
+    """What runs, in order: the course's setup cell, then for each of the course's code cells its
+    context (see :func:`context_source`) or, for an exercise cell, the learner's version, each
+    followed by the cells the learner added after it. The learner's copies of the course's cells
+    and every check cell are left out."""
+    learner_names: dict[str, list[str]] = {}
     for e in catalog.exercises(template.number):
-        by_learner_name.setdefault(e.learner_name, []).append(e.name)
-    planned = []
+        learner_names.setdefault(e.learner_name, []).append(e.name)
+    by_id = {cid: k for k, cid in enumerate(template.ids) if cid}
+    by_source = {}
+    for k, src in enumerate(template.code):
+        by_source.setdefault(_normalise(src), k)
+
+    replaced: dict[int, list[PlannedCell]] = {}  # exercise cell k -> the learner's version(s)
+    after: dict[int, list[PlannedCell]] = {}  # course cell k -> learner cells that follow it
+    anchor = 0
     for index, cell in enumerate(submission.cells):
         if cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
-        if isinstance(source, list):
-            source = "".join(source)
+        source = "".join(source) if isinstance(source, list) else source
         if not source.strip():
             continue
-        defined = tuple(sorted({ex for n in _points.top_level_definitions(source) if n in names
-                                for ex in by_learner_name[n]}))
-        exercise_cell = template.exercise_ids.get(cell.get("id"))
-        if exercise_cell and not defined:
-            defined = tuple(by_learner_name[catalog.BY_NAME[exercise_cell].learner_name])
-        if defined:
-            what = ", ".join(f"`{catalog.BY_NAME[d].learner_name}`" for d in defined[:1])
-            planned.append(PlannedCell("learner", source, f"cell {index + 1} (your {what})", defined))
-        elif cell.get("id") in {c.get("id") for c in template.cells} or _normalise(source) in template.sources:
-            continue  # one of the course's cells: the course's own copy runs, or it is not needed
-        elif re.search(r"^\s*[%!]", source, re.M) and not _parses(source):
+        k = by_id.get(cell.get("id"))
+        if k is None:
+            k = by_source.get(_normalise(source))
+        defined = tuple(sorted({ex for n in _points.top_level_definitions(source) if n in learner_names
+                                for ex in learner_names[n]}))
+        if k is not None and k in template.exercise_at and not defined:
+            defined = tuple(learner_names[catalog.BY_NAME[template.exercise_at[k]].learner_name])
+        if k is not None and not defined:
+            anchor = k  # one of the course's cells: its own copy (context) runs in its place
+            continue
+        if re.search(r"^\s*[%!]", source, re.M) and not _parses(source):
             continue  # shell escapes and magics (pip install ...) are not run
+        if defined:
+            what = f"`{catalog.BY_NAME[defined[0]].learner_name}`"
+            planned = PlannedCell("learner", source, f"cell {index + 1} (your {what})", defined)
         else:
-            planned.append(PlannedCell("learner", source, f"cell {index + 1} (a cell you added)"))
-    return planned
+            planned = PlannedCell("learner", source, f"cell {index + 1} (a cell you added)")
+        cells = [planned]
+        if defined:
+            names = sorted({catalog.BY_NAME[d].learner_name for d in defined})
+            cells.append(PlannedCell("capture", f"__tutor_grade_capture({names!r}, globals())",
+                                     "the grader's record of your definitions"))
+        if k is not None and k in template.exercise_at:
+            anchor = k
+            replaced.setdefault(k, []).extend(cells)
+        else:
+            after.setdefault(anchor, []).extend(cells)
+
+    out = []
+    for k, src in enumerate(template.code):
+        if k == 0:
+            out.append(PlannedCell("setup", src, "the course's setup cell"))
+        elif k in template.exercise_at:
+            out += replaced.get(k, [])
+        elif template.context[k]:
+            out.append(PlannedCell("course", template.context[k], f"the course's cell {k + 1}"))
+        out += after.get(k, [])
+    return out
 
 
 def _parses(source: str) -> bool:
@@ -347,6 +409,8 @@ import torch, torch.nn, torch.nn.functional
 def __tutor_grade_snapshot():
     targets = {{"torch": torch, "torch.Tensor": torch.Tensor, "torch.nn.functional": torch.nn.functional,
                "torch.nn.Module": torch.nn.Module, "builtins": builtins}}
+    if hasattr(torch._C, "TensorBase"):
+        targets["torch._C.TensorBase"] = torch._C.TensorBase
     saved = {{name: (obj, dict(vars(obj))) for name, obj in targets.items()}}
     meta_path, path_hooks = list(sys.meta_path), list(sys.path_hooks)
     def restore():
@@ -362,11 +426,31 @@ def __tutor_grade_snapshot():
                         changed.append(f"{{name}}.{{key}}")
                 except Exception:
                     pass
+            for key in [k for k in list(vars(obj)) if k not in attrs]:
+                if type(vars(obj)[key]).__name__ == "module" or (name == "builtins" and key in ("_", "__", "___")):
+                    continue  # a submodule imported since (torch.fx ...)
+                try:
+                    delattr(obj, key)
+                    changed.append(f"{{name}}.{{key}}")
+                except Exception:
+                    pass
         sys.meta_path[:], sys.path_hooks[:] = meta_path, path_hooks
         return changed
     return restore
 __tutor_grade_restore = __tutor_grade_snapshot()
 del __tutor_grade_snapshot
+def __tutor_grade_make_capture():
+    captured = {{}}
+    def capture(names=None, namespace=None):
+        """Keep the learner's definitions as their exercise cell left them (later cells may rebind the names)."""
+        if names is None:
+            return dict(captured)
+        for name in names:
+            if name in namespace:
+                captured[name] = namespace[name]
+    return capture
+__tutor_grade_capture = __tutor_grade_make_capture()
+del __tutor_grade_make_capture
 '''
 
 RESET = '''\
@@ -381,7 +465,7 @@ __tutor_ip.ast_transformers[:] = []
 
 LOAD = '''\
 # tutor grade: load a pristine copy of the checks (the grader's cell)
-def __tutor_grade_load(nonce, package):
+def __tutor_grade_load(nonce, package, captured):
     import importlib, json, os, sys
     from IPython.display import publish_display_data
     changed = __tutor_grade_restore()
@@ -397,12 +481,18 @@ def __tutor_grade_load(nonce, package):
     checks = tutor.checks
     def emit(payload, _publish=publish_display_data, _mime="{mime}"):
         _publish({{_mime: payload}})
-    def grade(nonce, name, learner_name, namespace):
-        if learner_name not in namespace:
+    def grade(nonce, name, learner_name):
+        if learner_name not in captured:
             emit({{"nonce": nonce, "exercise": name, "status": "missing",
                   "summary": f"`{{learner_name}}` is not defined", "details": []}})
             return
-        result = getattr(checks, name)(namespace[learner_name])
+        obj = captured[learner_name]
+        if str(getattr(obj, "__module__", "") or "").split(".")[0] == "tutor":
+            emit({{"nonce": nonce, "exercise": name, "status": "failed",
+                  "summary": f"`{{learner_name}}` is the course's model answer ({{obj.__module__}}), not your code",
+                  "details": []}})
+            return
+        result = getattr(checks, name)(obj)
         if type(result) is not checks.CheckResult:
             emit({{"nonce": nonce, "exercise": name, "status": "error", "summary": "the check was tampered with", "details": []}})
             return
@@ -410,13 +500,13 @@ def __tutor_grade_load(nonce, package):
               "details": [str(d) for d in result.details]}})
     emit({{"nonce": nonce, "load": True, "changed": changed, "foreign": foreign}})
     return grade
-__tutor_grade = __tutor_grade_load({nonce!r}, {package!r})
+__tutor_grade = __tutor_grade_load({nonce!r}, {package!r}, __tutor_grade_capture())
 del __tutor_grade_load
 '''
 
 CHECK = '''\
 # tutor grade: check {name} (the grader's cell)
-__tutor_grade({nonce!r}, {name!r}, {learner_name!r}, globals())
+__tutor_grade({nonce!r}, {name!r}, {learner_name!r})
 '''
 
 
@@ -523,11 +613,13 @@ def run_attempt(planned: list[PlannedCell], snapshot: dict, options: Options, de
                     if plan.role == "grader-load":
                         package = _write_package(snapshot, tmp / f"checks-{secrets.token_hex(8)}")
                         cell.source = plan.source.replace("@PACKAGE@", str(package))
-                    client.timeout = max(1, int(min(options.cell_timeout, remaining)))
+                    # the grader's and the course's own cells (imports) get at least 2 minutes
+                    limit = options.cell_timeout if plan.role in ("learner", "check") else max(options.cell_timeout, 120)
+                    client.timeout = max(1, int(min(limit, remaining)))
                     try:
                         client.execute_cell(cell, index)
                     except CellTimeoutError:
-                        if client.timeout < options.cell_timeout:
+                        if client.timeout < limit:
                             attempt.out_of_time = True
                             attempt.fatal = (index, "the notebook ran out of its total time limit "
                                                     f"({options.total_timeout:.0f} s)")
@@ -556,7 +648,9 @@ def run_attempt(planned: list[PlannedCell], snapshot: dict, options: Options, de
                             attempt.fatal = (index, "the checks could not be loaded after your code ran"
                                                     + (f" ({error})" if error else ""))
                             break
-                    elif error and plan.role in ("grader", "course"):
+                    elif plan.role in ("course", "capture"):
+                        cell.outputs = []
+                    elif error and plan.role in ("grader", "setup"):
                         attempt.fatal = (index, f"the grader's setup failed: {error}")
                         break
         except DeadKernelError:
@@ -571,11 +665,20 @@ def run_attempt(planned: list[PlannedCell], snapshot: dict, options: Options, de
 # Grading one notebook
 
 
+def _uses_model_answer(name: str, cells) -> str | None:
+    """``tutor.reference.<answer>`` when a cell defining exercise ``name`` uses the exercise's model answer."""
+    answer = catalog.BY_NAME[name].reference
+    pattern = re.compile(rf"\b(?:ref|reference|tutor\.reference)\.{answer}\b"
+                         rf"|from\s+tutor(?:\.reference)?\s+import\s[^\n]*\b{answer}\b")
+    for cell in cells:
+        if cell.role == "learner" and name in cell.exercises and pattern.search(cell.source):
+            return f"tutor.reference.{answer}"
+    return None
+
+
 def _grader_cells(template: Template, options: Options) -> tuple[list[PlannedCell], list[PlannedCell]]:
     memory = int(options.memory_mb) * 1024 * 1024
     head = [PlannedCell("grader", PREAMBLE.format(memory=memory), "the grader's preamble")]
-    head += [PlannedCell("course", s, "the course's setup cell" if i == 0 else "the course's imports")
-             for i, s in enumerate(template.setup)]
     env = {"TUTOR_STRICT": "0", "TUTOR_PROGRESS": "0"}
     nonce = secrets.token_hex(16)
     load = LOAD.format(env=env, mime=MIME, nonce=nonce, package="@PACKAGE@")
@@ -610,7 +713,7 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
         grade.notes.append(f"the notebook cannot be read: {type(error).__name__}: {str(error)[:200]}")
         return finish({}, ("not graded: the notebook file cannot be read", grade.notes[-1]))
 
-    learner = plan_learner_cells(submission, template)
+    learner = plan_cells(submission, template)  # (with the course's setup and context cells)
     head, tail = _grader_cells(template, options)
     results: dict[str, dict] = {}
     excluded: dict[int, str] = {}  # index into `learner` -> why it was left out
@@ -640,6 +743,11 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
                 for i, why in excluded.items():
                     if name in learner[i].exercises:
                         details.append(f"{learner[i].label} was not run: {why}")
+            copied = _uses_model_answer(name, [learner[i] for i in kept])
+            if payload["status"] == "passed" and copied:
+                payload = {"status": "failed", "summary": f"your code calls the model answer {copied} instead of "
+                                                          "computing the result itself"}
+                details = [f"the check passed, but only because {copied} did the work"]
             results[name] = {**payload, "details": details}
         if attempt.load:
             if attempt.load.get("changed"):
@@ -656,7 +764,7 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
         if attempt.out_of_time:
             grade.notes.append(why)
             return finish(results, ("not graded: " + why, ""))
-        if index is not None and index in learner_at:
+        if index is not None and index in learner_at and learner[learner_at[index]].role != "setup":
             learner_index = learner_at[index]
             excluded[learner_index] = why
             cell = learner[learner_index]
@@ -667,6 +775,8 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
             results[name] = {"status": "failed", "summary": f"checking your code failed: {why}",
                              "details": ["does your code loop forever, crash Python or use too much memory?"]}
             continue
+        if index is not None:
+            why = f"{planned[index].label}: {why}"
         grade.notes.append(why)
         return finish(results, ("not graded: " + why, ""))
     else:
@@ -730,6 +840,7 @@ def grade(paths, options: Options | None = None, assignment=None, progress: bool
             extra = sorted(n for (sid, n) in done if sid == id(s) and n not in wanted)
             for number in extra:
                 s.notebooks.append(done[(id(s), number)])
+            s.notebooks.sort(key=lambda nb: nb.number)
     return students
 
 
