@@ -259,6 +259,19 @@ def test_submissions_are_matched_by_number_and_name(tmp_path):
     [(student, _, files, notes)] = grade.find_submissions([archive], tmp_path / "work")
     assert student == "carol" and [f.name for f in files] == ["03_masking.ipynb"] and not notes
     assert all((tmp_path / "work") in f.parents for f in files)
+    # a class in one folder: loose files named per student, or a subfolder per student
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in ("alice_03_masking.ipynb", "bob-03_masking.ipynb", "bob-01_dot_product_attention.ipynb"):
+        (flat / name).write_text("{}")
+    found = grade.find_submissions([flat], tmp_path / "work2")
+    assert sorted((s, sorted(f.name for f in fs)) for s, _, fs, _ in found) == [
+        ("alice", ["alice_03_masking.ipynb"]), ("bob", ["bob-01_dot_product_attention.ipynb", "bob-03_masking.ipynb"])]
+    nested = tmp_path / "nested"
+    for who in ("dana", "erin"):
+        (nested / who).mkdir(parents=True)
+        (nested / who / "03_masking.ipynb").write_text("{}")
+    assert sorted(s for s, *_ in grade.find_submissions([nested], tmp_path / "work3")) == ["dana", "erin"]
 
 
 def test_points_default_to_difficulty_and_can_be_overridden(tmp_path):
