@@ -112,6 +112,7 @@ def batch(tmp_path_factory):
                        root / "syntax", 3))
     cheat = _variant(3, "causal_mask", WRONG_CAUSAL_MASK)
     at = points.exercise_cells(_solution(3), 3)["causal_mask"]
+    cheat.cells[points.exercise_cells(_solution(3), 3)["padding_mask"]].source = "padding_mask = ref.padding_mask"
     cheat.cells.insert(at + 1, nbformat.v4.new_code_cell(CHEAT))
     subs.append(_write(cheat, root / "cheat", 3))
 
@@ -190,14 +191,15 @@ def test_a_syntax_error_costs_its_exercise(batch):
     assert s.score == s.max_score - by["masked_attention"].max_points
 
 
-def test_patching_the_checks_earns_nothing(batch):
+def test_patching_the_checks_or_handing_in_the_model_answer_earns_nothing(batch):
     students, _ = batch
     s = students["cheat"]
     by = _by_name(s)
     assert by["causal_mask"].status == "failed"
     assert "wrong values" in by["causal_mask"].summary or "upper" in by["causal_mask"].text()
-    assert by["padding_mask"].status == by["masked_attention"].status == "passed"
-    assert s.score == s.max_score - by["causal_mask"].max_points
+    assert by["masked_attention"].status == "passed"
+    assert s.score == s.max_score - by["causal_mask"].max_points - by["padding_mask"].max_points
+    assert by["padding_mask"].status == "failed" and "model answer" in by["padding_mask"].summary
     notes = " ".join(nb_note for nb in s.notebooks for nb_note in nb.notes)
     assert "torch.allclose" in notes and "torch.equal" in notes
 

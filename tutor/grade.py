@@ -395,8 +395,8 @@ def plan_cells(submission, template: Template) -> list[PlannedCell]:
         if k is not None and not defined:
             anchor = k  # one of the course's cells: its own copy (context) runs in its place
             continue
-        if re.search(r"^\s*[%!]", source, re.M) and not _parses(source):
-            continue  # shell escapes and magics (pip install ...) are not run
+        if not defined and re.search(r"^\s*[%!]", source, re.M) and not _parses(source):
+            continue  # shell escapes and magics in cells of the learner's own (pip install ...) are not run
         if defined:
             what = f"`{catalog.BY_NAME[defined[0]].learner_name}`"
             planned = PlannedCell("learner", source, f"cell {index + 1} (your {what})", defined)
@@ -563,7 +563,6 @@ def kernel_env(package_dir: pathlib.Path, workdir: pathlib.Path) -> dict[str, st
         CUDA_VISIBLE_DEVICES="",
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
-        HOME=str(workdir),
     )
     for key in ("TUTOR_NAMES",):
         if key in os.environ:
