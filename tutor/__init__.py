@@ -17,7 +17,6 @@ REPO_URL = "https://github.com/transformers-from-scratch/course"
 from tutor.device import get_device, seed_everything  # noqa: E402
 
 
-
 def progress(*notebooks: int):
     """Your progress: every exercise of these notebooks (default: all) as ✅ / ❌ / ⏳ with the date of
     its last pass, e.g. ``tutor.progress(3)``. See ``tutor.tracking``."""

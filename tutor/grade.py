@@ -825,8 +825,7 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
 # Grading many
 
 
-def grade(paths, options: Options | None = None, assignment=None, progress: bool = True,
-          log=None) -> list[StudentGrade]:
+def grade(paths, options: Options | None = None, assignment=None, progress: bool = True) -> list[StudentGrade]:
     """Grade every SUBMISSION in ``paths``; returns one :class:`StudentGrade` per submission.
 
     ``assignment`` lists the notebook numbers every student should hand in (a missing one scores
