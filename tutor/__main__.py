@@ -61,7 +61,8 @@ def make_parser() -> argparse.ArgumentParser:
         "grade", help="grade learner notebooks (Gradescope, otter, CSV, feedback)",
         description="Grade submissions: each exercise is checked again in a fresh kernel the grader controls, "
                     "with a pristine copy of the checks; stored outputs are ignored. A SUBMISSION is one "
-                    "student: a learner notebook (NN_*.ipynb), a folder or a zip of them.")
+                    "student: a learner notebook (NN_*.ipynb), a folder or a zip of them; a folder with a "
+                    "subfolder per student (or alice_03_masking.ipynb, bob_03_masking.ipynb ...) is a class.")
     p.add_argument("submissions", nargs="+", metavar="SUBMISSION")
     p.add_argument("--out", default="grades", metavar="DIR",
                    help="where results go (default grades/); one submission: results.json right there, "
