@@ -19,4 +19,13 @@ from tutor.errors import TutorError, install_excepthook as _install_excepthook  
 
 _install_excepthook()  # a TutorError (bad names file, bad TUTOR_DEVICE) prints one line in a terminal
 
-__all__ = ["REPO_URL", "TutorError", "get_device", "seed_everything", "__version__"]
+
+def progress(*notebooks: int):
+    """Your progress: every exercise of these notebooks (default: all) as ✅ / ❌ / ⏳ with the date of
+    its last pass, e.g. ``tutor.progress(3)``. See ``tutor.tracking``."""
+    from tutor.tracking import progress as _progress
+
+    return _progress(*notebooks)
+
+
+__all__ = ["REPO_URL", "TutorError", "get_device", "seed_everything", "progress", "__version__"]

@@ -29,6 +29,13 @@ class Exercise:
     learner_name: str  # the name of the function or class the learner defines
     reference: str  # attribute of tutor.reference holding the model answer
 
+    @property
+    def points(self) -> int:
+        """Points for grading: the exercise's difficulty (its 🔴 count) unless overridden (see tutor.points)."""
+        from tutor import points
+
+        return points.default_points(self.notebook)[self.name]
+
 
 NOTEBOOKS = [
     Notebook(1, "01_dot_product_attention", "Dot-product attention on \"laika\"",

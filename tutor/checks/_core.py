@@ -241,6 +241,7 @@ def check(name: str, timeout: float = DEFAULT_TIMEOUT):
             result = _run(name, exercise, body, obj, timeout)
             result.seconds = time.perf_counter() - start
             RESULTS[name] = result
+            _record_progress(result)
             if strict() and not result.passed:
                 raise CheckFailed(str(result))
             return result
@@ -249,6 +250,16 @@ def check(name: str, timeout: float = DEFAULT_TIMEOUT):
         return run
 
     return decorate
+
+
+def _record_progress(result: CheckResult) -> None:
+    """Store the result for ``tutor.progress()`` (see tutor.tracking); never raises."""
+    try:
+        from tutor import tracking
+
+        tracking.record(result)
+    except Exception:  # noqa: BLE001 - progress must never break a check
+        pass
 
 
 def _run(name, exercise, body, obj, timeout) -> CheckResult:
