@@ -50,7 +50,7 @@ def softmax_bars(scores, labels=None, scale: float = 1.0):
     left.bar(positions, s.tolist(), color="tab:gray")
     left.set_xticks(positions, labels)
     left.axhline(0, color="black", linewidth=0.8)
-    left.set_title(f"scores × {scale:g}")
+    left.set_title(f"scores × {scale:.3g}")
     left.set_xlabel("key")
     left.set_ylabel("score")
     bars = right.bar(positions, w.tolist(), color="tab:blue")
@@ -58,7 +58,7 @@ def softmax_bars(scores, labels=None, scale: float = 1.0):
     for bar, value in zip(bars, w.tolist()):
         right.text(bar.get_x() + bar.get_width() / 2, value + 0.02, f"{value:.2f}", ha="center", fontsize=8)
     right.set_ylim(0, 1.1)
-    right.set_title(f"softmax(scores × {scale:g}): weights that sum to 1")
+    right.set_title(f"softmax(scores × {scale:.3g}): weights that sum to 1")
     right.set_xlabel("key")
     right.set_ylabel("weight")
     fig.tight_layout()
