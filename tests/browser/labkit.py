@@ -212,7 +212,11 @@ class Notebook:
             time.sleep(interval)
         raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last value: {value!r})")
 
-    def command(self, name: str, args: dict | None = None):
+    def command(self, name: str, args: dict | None = None, wait: bool = True):
+        """Run a JupyterLab command; ``wait=False`` returns at once (Run All resolves only when done)."""
+        if not wait:
+            self.js("window.jupyterapp.commands.execute(arguments[0], arguments[1] || {});", name, args or {})
+            return
         self.driver.execute_async_script(
             "const done = arguments[arguments.length - 1];"
             "window.jupyterapp.commands.execute(arguments[0], arguments[1] || {})"
@@ -221,7 +225,7 @@ class Notebook:
     def run_all(self, timeout: float) -> float:
         """Run All (Run > Run All Cells) and wait until no cell is queued or running; returns seconds."""
         start = time.monotonic()
-        self.command("notebook:run-all-cells")
+        self.command("notebook:run-all-cells", wait=False)
         settled = JS_PANEL + """
         const k = w.sessionContext.session && w.sessionContext.session.kernel;
         const busy = w.content.widgets.some(c => c.model.type === 'code' &&

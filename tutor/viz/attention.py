@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from tutor import reference as ref
-from tutor.viz.core import heatmap, interactive
+from tutor.viz.core import MAX_WIDTH, heatmap, interactive
 
 
 def similarity_and_attention(word: str, *, scale: bool = False):
@@ -18,7 +18,11 @@ def similarity_and_attention(word: str, *, scale: bool = False):
     if scale:
         s = s / x.shape[-1] ** 0.5
     w = ref.softmax(s, dim=-1)
-    fig, axes = plt.subplots(1, 2, figsize=(4 + 1.1 * len(word), 1.5 + 0.5 * len(word)))
+    panel = 2 + 0.55 * len(word)  # inches; a long word stacks the two panels instead of shrinking them
+    if 2 * panel <= MAX_WIDTH:
+        fig, axes = plt.subplots(1, 2, figsize=(2 * panel, 1.5 + 0.5 * len(word)))
+    else:
+        fig, axes = plt.subplots(2, 1, figsize=(panel, 2 * (1.5 + 0.5 * len(word))))
     heatmap(s, list(word), list(word), ax=axes[0], title=f"similarity x xᵀ of {word!r}", fmt=".0f")
     heatmap(w, list(word), list(word), ax=axes[1], title="attention weights softmax(x xᵀ)", vmin=0, vmax=1)
     fig.tight_layout()

@@ -238,8 +238,9 @@ def attention_figure(model, word="laika", layer=0):
             continue
         heatmap(weights[h], tokens, tokens, ax=ax, vmin=0, vmax=1, colorbar=False,
                 annotate=len(tokens) <= 8, fmt=".1f", title=f"head {h}",
-                xlabel="key (attended to)", ylabel="query (predicting the next letter)")
-    fig.suptitle(f"attention weights of block {layer} on {word!r} (␣ = the start token ' ')")
+                xlabel="key (attended to)", ylabel="query")
+    fig.suptitle(f"attention weights of block {layer} on {word!r}: each query row predicts the next letter\n"
+                 f"(␣ = the start token ' ')")
     fig.tight_layout()
     return fig
 
