@@ -77,3 +77,13 @@ def test_word_explorer_stacks_long_words():
         lefts = {round(ax.get_position().x0, 2) for ax in fig.axes if ax.get_title()}
         assert len(lefts) == columns, (word, lefts)
         plt.close("all")
+
+
+def test_soft_lookup_explorer_starts_at_the_query():
+    keys = torch.tensor([[1.0, 0.2], [0.9, 0.4], [0.2, 1.0], [-1.0, 0.0]])
+    shown = viz.soft_lookup_explorer(torch.tensor([1.0, 0.3]), keys, torch.tensor([1.0, 1.5, 0.5, 3.0]),
+                                     ["apple", "pear", "lemon", "bread"])
+    angle, length = shown.widget.children[0].children
+    assert (angle.value, length.value) == (15, 1.0)
+    assert shown._repr_mimebundle_()["image/png"].startswith(b"\x89PNG")
+    plt.close("all")

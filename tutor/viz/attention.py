@@ -137,6 +137,26 @@ def soft_lookup(query, keys, values, key_labels, *, title: str = "a soft diction
     return fig
 
 
+def soft_lookup_explorer(query, keys, values, key_labels):
+    """Sliders for the query's direction (degrees) and length: a short query averages the values,
+    a long one picks the best-matching key (static picture of ``query``, rounded to the sliders)."""
+    import ipywidgets as widgets
+
+    q = torch.as_tensor(query, dtype=torch.float32).flatten()
+    angle0 = int(5 * round(math.degrees(math.atan2(float(q[1]), float(q[0]))) / 5))
+    length0 = max(0.1, round(float(q.norm()), 1))
+    angle = widgets.IntSlider(value=angle0, min=-180, max=180, step=5, description="direction (°)",
+                              continuous_update=False)
+    length = widgets.FloatSlider(value=length0, min=0.1, max=5.0, step=0.1, description="length",
+                                 continuous_update=False)
+
+    def draw(angle, length):
+        q = torch.tensor([math.cos(math.radians(angle)), math.sin(math.radians(angle))]) * length
+        return soft_lookup(q, keys, values, key_labels, title=f"a query at {angle}°, of length {length:.1f}")
+
+    return interactive(draw, {"angle": angle0, "length": length0}, angle=angle, length=length)
+
+
 # --- 02: why divide by sqrt(d_k) -------------------------------------------------------------
 
 
