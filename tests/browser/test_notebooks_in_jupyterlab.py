@@ -120,21 +120,22 @@ def test_solution_notebook_runs_saves_and_reopens(path, lab, browser, workdir, s
 
     # 2. Widgets are live: using one changes its picture; no label is cut short.
     widget_cells = nb.widget_cells()
+    assert widget_cells, (f"{path.name} shows no live widget: every notebook needs at least one "
+                          f"(a tutor.viz explorer, built with tutor.viz.interactive)")
     for index in widget_cells:
         assert not nb.cut_labels(index), f"cell {index}: widget labels cut short: {nb.cut_labels(index)}"
-    if widget_cells:
-        texts = [i for i in widget_cells if "widget-text" in nb.js(labkit.JS_PANEL +
-                 "return w.content.widgets[arguments[0]].outputArea.node.innerHTML;", i)]
-        index = (texts or widget_cells)[0]
-        before = nb.images_in(index)
-        assert before, f"cell {index}: the widget shows no picture"
-        done = interact(browser, nb, index)
-        after = wait_for_new_picture(nb, index, before)
-        nb.cell_node(index).screenshot(str(shots / f"{path.stem}-live.png"))
-        ratio = after[0]["shown"][0] / max(1, before[0]["shown"][0])
-        print(f"{path.stem}: {done}; the picture changed; width {before[0]['shown'][0]} -> {after[0]['shown'][0]} px")
-        assert 0.8 < ratio < 1.25 or "typed" in done, f"the picture jumped in size on first use ({ratio:.2f}x)"
-        assert not error_outputs(nb.cells()), "using the widget raised in the kernel"
+    texts = [i for i in widget_cells if "widget-text" in nb.js(labkit.JS_PANEL +
+             "return w.content.widgets[arguments[0]].outputArea.node.innerHTML;", i)]
+    index = (texts or widget_cells)[0]
+    before = nb.images_in(index)
+    assert before, f"cell {index}: the widget shows no picture"
+    done = interact(browser, nb, index)
+    after = wait_for_new_picture(nb, index, before)
+    nb.cell_node(index).screenshot(str(shots / f"{path.stem}-live.png"))
+    ratio = after[0]["shown"][0] / max(1, before[0]["shown"][0])
+    print(f"{path.stem}: {done}; the picture changed; width {before[0]['shown'][0]} -> {after[0]['shown'][0]} px")
+    assert 0.8 < ratio < 1.25 or "typed" in done, f"the picture jumped in size on first use ({ratio:.2f}x)"
+    assert not error_outputs(nb.cells()), "using the widget raised in the kernel"
 
     # 3. Save: the file holds pictures, not live widget views (the tutor_jupyter pre-save hook).
     nb.save()
