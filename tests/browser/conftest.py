@@ -88,6 +88,9 @@ def lab(browser_paths, workdir, tmp_path_factory):
     log = server.log_path.read_text(errors="replace")
     shutil.copy2(server.log_path, shots_dir() / "jupyterlab.log")
     assert server.token not in log, "the server's token leaked into its log"
+    driver_log = shots_dir() / "chromedriver.log"
+    if driver_log.exists():
+        assert server.token not in driver_log.read_text(errors="replace"), "the token leaked into chromedriver's log"
 
 
 @pytest.fixture(scope="session")

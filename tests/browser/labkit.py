@@ -162,7 +162,8 @@ def start_browser(browser: str, driver: str, profile: Path, log: Path):
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
-    service = Service(executable_path=driver, log_output=str(log))
+    # WARNING level: chromedriver would otherwise log every command, the page URL (and its token) included
+    service = Service(executable_path=driver, log_output=str(log), service_args=["--log-level=WARNING"])
     chrome = webdriver.Chrome(service=service, options=options)
     chrome.set_page_load_timeout(180)
     chrome.set_script_timeout(600)
