@@ -1,69 +1,89 @@
-"""Figures whose text used to hide data or crowd other text (issue 7, item 6).
+"""Layout defects seen in a real browser: readable heatmaps for long names, titles that read like
+their sliders, no "mean of 1 steps", emoji difficulty dots of one size."""
 
-Each test draws the figure, renders it, and compares the pixel boxes of the pieces involved.
-"""
+import json
+import re
 
 import matplotlib
 
 matplotlib.use("Agg")
+
 import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tutor.viz.attention import soft_lookup  # noqa: E402
-from tutor.viz.blocks import precision_picture  # noqa: E402
-from tutor.viz.heads import split_picture  # noqa: E402
+from conftest import ROOT  # noqa: E402
+from tutor import reference as ref  # noqa: E402
+from tutor import trainer, viz  # noqa: E402
+from tutor.viz import training as vt  # noqa: E402
+from tutor.viz.core import MAX_WIDTH, grid_for  # noqa: E402
 
 
-def _boxes_overlap(a, b) -> bool:
-    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
-
-
-def _plain_layer_norm(x):
-    mean = x.mean(dim=-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + 1e-5)
-
-
-def test_precision_picture_legend_hides_no_point():
+@pytest.mark.parametrize("name", ["laika", "maximilian", "bartholomew"])
+def test_attention_explorer_keeps_labels_readable_for_long_names(name):
     torch.manual_seed(0)
-    x16 = (100 + 2 * torch.randn(4, 16)).to(torch.bfloat16)
-    fig = precision_picture(x16, _plain_layer_norm(x16.double()), _plain_layer_norm(x16),
-                            _plain_layer_norm(x16.float()).to(torch.bfloat16))
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    (ax,) = fig.axes
-    legend = fig.legends[0] if fig.legends else ax.get_legend()
-    box = legend.get_window_extent(renderer)
-    assert not _boxes_overlap(box, ax.get_window_extent(renderer)), "the legend must sit outside the axes"
-    assert len(legend.get_texts()) == 2
-    plt.close(fig)
+    model = ref.GPT(ref.GPTConfig(vocab_size=28, max_len=16, d_model=16, n_heads=4, n_layers=1))
+    fig = vt.attention_figure(model, name, 0)
+    width, _ = fig.get_size_inches()
+    assert width <= MAX_WIDTH + 0.6, f"{width:.1f} inches wide: JupyterLab would shrink its labels"
+    heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert len(heads) == 4
+    tokens = len(name) + 1
+    inches_per_label = min(ax.get_position().width * width / tokens for ax in heads)
+    assert inches_per_label >= 0.2, f"{inches_per_label:.2f} inch per tick label is unreadable"
+    plt.close("all")
 
 
-def test_split_picture_main_title_does_not_touch_the_subplot_titles():
-    fig = split_picture()
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    main = fig._suptitle.get_window_extent(renderer)
-    for ax in fig.axes:
-        title = ax.title.get_window_extent(renderer)
-        assert main.y0 - title.y1 >= 5, f"only {main.y0 - title.y1:.1f} px between the main and a subplot title"
-    plt.close(fig)
+def test_grid_wraps_instead_of_shrinking():
+    assert grid_for(4, 5)[:2] == (2, 2)
+    rows, cols, size = grid_for(4, 16)
+    assert cols * size <= MAX_WIDTH and rows * cols >= 4
+    assert grid_for(1, 30)[:2] == (1, 1)
 
 
-def test_soft_lookup_labels_stay_off_their_arrows_and_the_axis():
+def test_titles_read_like_the_slider():
+    fig = viz.softmax_bars([2.0, 1.0], ["a", "b"], scale=10 ** 1.5)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "scores × 31.6" in titles and not any("31.6228" in t for t in titles)
+    fig = viz.sampling_distribution(torch.tensor([1.0, 2.0]), temperature=10 ** -0.25)
+    assert fig.axes[0].get_title().startswith("temperature = 0.562,")
+    plt.close("all")
+
+
+def test_loss_legend_in_quick_mode():
+    history = trainer.History()
+    for step, loss in enumerate([3.0, 2.9, 2.8]):
+        history.steps.append(step)
+        history.train_loss.append(loss)
+    labels = [t.get_text() for t in vt.loss_curves(history).axes[0].get_legend().get_texts()]
+    assert "training loss" in labels and not any("mean of 1 steps" in t for t in labels)
+    plt.close("all")
+
+
+def test_difficulty_dots_are_all_emoji():
+    """'⚪' alone renders as a small outline glyph next to the red emoji: it needs U+FE0F."""
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            source = "".join(cell["source"])
+            bare = re.findall("⚪(?!\ufe0f)", source)
+            assert not bare, (f"{path.name} cell {i}: write the white dot as '⚪\\ufe0f' (⚪️); "
+                              f"fix: sed -i 's/⚪\\([^\\xef]\\)/⚪️\\1/g' or re.sub('⚪(?!\\ufe0f)', '⚪\\ufe0f', s)")
+
+
+def test_word_explorer_stacks_long_words():
+    for word, columns in (("laika", 2), ("maximilian", 1)):
+        fig = viz.similarity_and_attention(word)
+        assert fig.get_size_inches()[0] <= MAX_WIDTH
+        lefts = {round(ax.get_position().x0, 2) for ax in fig.axes if ax.get_title()}
+        assert len(lefts) == columns, (word, lefts)
+        plt.close("all")
+
+
+def test_soft_lookup_explorer_starts_at_the_query():
     keys = torch.tensor([[1.0, 0.2], [0.9, 0.4], [0.2, 1.0], [-1.0, 0.0]])
-    fig = soft_lookup(torch.tensor([1.0, 0.3]), keys, torch.tensor([1.0, 1.5, 0.5, 3.0]),
-                      ["apple", "pear", "lemon", "bread"])
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    ax = fig.axes[0]
-    labels = {t.get_text(): t for t in ax.texts if t.get_text() in ("apple", "pear", "lemon", "bread")}
-    assert set(labels) == {"apple", "pear", "lemon", "bread"}
-    bread = labels["bread"].get_window_extent(renderer)
-    _, axis_y = ax.transData.transform((0, 0))  # the horizontal axis line, on which the bread arrow lies
-    assert bread.y0 > axis_y + 2, "the 'bread' label sits on its arrow / the axis line"
-    boxes = [t.get_window_extent(renderer) for t in labels.values()]
-    for i in range(len(boxes)):
-        for j in range(i + 1, len(boxes)):
-            assert not _boxes_overlap(boxes[i], boxes[j]), "two key labels overlap"
-    plt.close(fig)
+    shown = viz.soft_lookup_explorer(torch.tensor([1.0, 0.3]), keys, torch.tensor([1.0, 1.5, 0.5, 3.0]),
+                                     ["apple", "pear", "lemon", "bread"])
+    angle, length = shown.widget.children[0].children
+    assert (angle.value, length.value) == (15, 1.0)
+    assert shown._repr_mimebundle_()["image/png"].startswith(b"\x89PNG")
+    plt.close("all")

@@ -29,7 +29,7 @@ the hash differs from the recorded one, a learner typed code or ran cells, and t
 refuses to overwrite it unless ``force=True`` (which first saves a backup copy).
 
 Public API: :func:`strip_solutions`, :func:`make_learner_notebook`, :func:`cells_hash`,
-:func:`build`, :func:`run_solutions`, and :class:`BuildReport`.
+:func:`build`, :func:`run_solutions`, :func:`save_widgets_as_pictures` and :class:`BuildReport`.
 """
 
 from __future__ import annotations
@@ -550,6 +550,7 @@ def execute_solution(path, timeout: int = 600, kernel_name: str = "python3") -> 
         timeout=timeout,
         kernel_name=kernel_name,
         record_timing=False,  # no timestamps in cell metadata: smaller diffs
+        store_widget_state=False,  # no widget state (random model ids) in the metadata
         resources={"metadata": {"path": str(path.parent.resolve())}},
     )
     # Progress (tutor.tracking) goes to a throw-away file: the stored output of the notebook's
@@ -557,7 +558,22 @@ def execute_solution(path, timeout: int = 600, kernel_name: str = "python3") -> 
     with tempfile.TemporaryDirectory(prefix="tutor-run-") as tmp, _environment(STRICT_ENV, "1"), \
             _environment("TUTOR_PROGRESS_FILE", os.path.join(tmp, "progress.json")):
         client.execute()
+    save_widgets_as_pictures(nb)
     _write_bytes_atomically(path, notebook_bytes(nb))
+
+
+def save_widgets_as_pictures(nb) -> int:
+    """Store each ``tutor.viz`` widget of an executed notebook as its static picture.
+
+    Drops the live widget view (whose random model id would change on every run, and which shows
+    "Error displaying widget" once the kernel is gone) from outputs that also carry a picture, and
+    ipywidgets' saved widget state from the metadata. The same function runs as a Jupyter pre-save
+    hook (``tutor_jupyter``). Returns how many outputs changed.
+    """
+    from tutor_jupyter import WIDGET_STATE, strip_widget_views
+
+    nb.metadata.pop(WIDGET_STATE, None)
+    return strip_widget_views(nb)
 
 
 def run_solutions(solutions_dir, notebooks_dir, only=None, force: bool = False, timeout: int = 600,

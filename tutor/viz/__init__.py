@@ -3,7 +3,7 @@ every widget displays with a static picture for GitHub, nbviewer and headless ru
 
 from tutor.viz.core import WithFallback, figure_png, heatmap, interactive  # noqa: F401
 from tutor.viz.attention import (  # noqa: F401  (01-02)
-    dot_product_variance, similarity_and_attention, soft_lookup, softmax_bars, softmax_explorer,
+    dot_product_variance, similarity_and_attention, soft_lookup, soft_lookup_explorer, softmax_bars, softmax_explorer,
     softmax_saturation, word_explorer,
 )
 from tutor.viz.masking import (  # noqa: F401  (03)

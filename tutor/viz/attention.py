@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from tutor import reference as ref
-from tutor.viz.core import heatmap, interactive
+from tutor.viz.core import MAX_WIDTH, heatmap, interactive
 
 
 def similarity_and_attention(word: str, *, scale: bool = False):
@@ -18,7 +18,11 @@ def similarity_and_attention(word: str, *, scale: bool = False):
     if scale:
         s = s / x.shape[-1] ** 0.5
     w = ref.softmax(s, dim=-1)
-    fig, axes = plt.subplots(1, 2, figsize=(4 + 1.1 * len(word), 1.5 + 0.5 * len(word)))
+    panel = 2 + 0.55 * len(word)  # inches; a long word stacks the two panels instead of shrinking them
+    if 2 * panel <= MAX_WIDTH:
+        fig, axes = plt.subplots(1, 2, figsize=(2 * panel, 1.5 + 0.5 * len(word)))
+    else:
+        fig, axes = plt.subplots(2, 1, figsize=(panel, 2 * (1.5 + 0.5 * len(word))))
     heatmap(s, list(word), list(word), ax=axes[0], title=f"similarity x xᵀ of {word!r}", fmt=".0f")
     heatmap(w, list(word), list(word), ax=axes[1], title="attention weights softmax(x xᵀ)", vmin=0, vmax=1)
     fig.tight_layout()
@@ -50,7 +54,7 @@ def softmax_bars(scores, labels=None, scale: float = 1.0):
     left.bar(positions, s.tolist(), color="tab:gray")
     left.set_xticks(positions, labels)
     left.axhline(0, color="black", linewidth=0.8)
-    left.set_title(f"scores × {scale:g}")
+    left.set_title(f"scores × {scale:.3g}")
     left.set_xlabel("key")
     left.set_ylabel("score")
     bars = right.bar(positions, w.tolist(), color="tab:blue")
@@ -58,7 +62,7 @@ def softmax_bars(scores, labels=None, scale: float = 1.0):
     for bar, value in zip(bars, w.tolist()):
         right.text(bar.get_x() + bar.get_width() / 2, value + 0.02, f"{value:.2f}", ha="center", fontsize=8)
     right.set_ylim(0, 1.1)
-    right.set_title(f"softmax(scores × {scale:g}): weights that sum to 1")
+    right.set_title(f"softmax(scores × {scale:.3g}): weights that sum to 1")
     right.set_xlabel("key")
     right.set_ylabel("weight")
     fig.tight_layout()
@@ -135,6 +139,26 @@ def soft_lookup(query, keys, values, key_labels, *, title: str = "a soft diction
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def soft_lookup_explorer(query, keys, values, key_labels):
+    """Sliders for the query's direction (degrees) and length: a short query averages the values,
+    a long one picks the best-matching key (static picture of ``query``, rounded to the sliders)."""
+    import ipywidgets as widgets
+
+    q = torch.as_tensor(query, dtype=torch.float32).flatten()
+    angle0 = int(5 * round(math.degrees(math.atan2(float(q[1]), float(q[0]))) / 5))
+    length0 = max(0.1, round(float(q.norm()), 1))
+    angle = widgets.IntSlider(value=angle0, min=-180, max=180, step=5, description="direction (°)",
+                              continuous_update=False)
+    length = widgets.FloatSlider(value=length0, min=0.1, max=5.0, step=0.1, description="length",
+                                 continuous_update=False)
+
+    def draw(angle, length):
+        q = torch.tensor([math.cos(math.radians(angle)), math.sin(math.radians(angle))]) * length
+        return soft_lookup(q, keys, values, key_labels, title=f"a query at {angle}°, of length {length:.1f}")
+
+    return interactive(draw, {"angle": angle0, "length": length0}, angle=angle, length=length)
 
 
 # --- 02: why divide by sqrt(d_k) -------------------------------------------------------------

@@ -45,20 +45,62 @@ def heatmap(matrix, row_tokens=None, col_tokens=None, *, title="", xlabel="key",
     return ax
 
 
+# Every picture, the static one and each redraw of a widget, is rendered the same way, so the
+# picture keeps its size when a control first moves.
+DPI = 90
+# The widest figure (inches) a widget should draw: JupyterLab scales a wider picture down to the
+# notebook's width (about 10-11 inches at 90 dpi), and its labels with it.
+MAX_WIDTH = 12.0
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def grid_for(n_panels: int, n_tokens: int, per_token: float = 0.42, extra: float = 1.3,
+             max_width: float = MAX_WIDTH) -> tuple[int, int, float]:
+    """(rows, cols, inches per panel) for ``n_panels`` square heatmaps with ``n_tokens`` labels each.
+
+    Panels go 4 or 2 to a row when that fits in ``max_width`` inches (at ``per_token``, else at
+    0.3 inch per label), otherwise one to a row: a long name wraps onto more rows instead of
+    shrinking the picture, since JupyterLab scales a picture wider than the notebook down, labels
+    and all.
+    """
+    for per in (per_token, 0.3):
+        size = per * n_tokens + extra
+        for cols in (4, 2):
+            if cols <= n_panels and cols * size <= max_width:
+                return -(-n_panels // cols), cols, size
+    return n_panels, 1, min(per_token * n_tokens + extra, max_width)
+
+
 def figure_png(fig) -> bytes:
     """The PNG bytes of a matplotlib figure (and close it)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight", dpi=90)
+    fig.savefig(buffer, format="png", bbox_inches="tight", dpi=DPI)
     plt.close(fig)
     return buffer.getvalue()
 
 
-class WithFallback:
-    """A widget that also carries a static PNG of its first state.
+def widget_view(widget) -> dict:
+    """The ``application/vnd.jupyter.widget-view+json`` data of a widget, for ipywidgets 7 and 8.
 
-    Jupyter shows the live widget; places that cannot run widgets (GitHub, nbviewer, a headless
-    run, a notebook reopened without its kernel) show the picture instead, because the output
-    holds both in one display bundle.
+    (ipywidgets 8 has ``_repr_mimebundle_``; 7.x, which Colab ships, only ``_ipython_display_``.)
+    """
+    bundle = getattr(widget, "_repr_mimebundle_", None)
+    if callable(bundle):
+        data = bundle() or {}
+        if WIDGET_VIEW in data:
+            return dict(data[WIDGET_VIEW])
+    return {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}
+
+
+class WithFallback:
+    """A widget that also carries a static PNG of its first state, in one display bundle.
+
+    While a kernel is connected, Jupyter shows the live widget. Every saved copy shows the picture:
+    ``python -m tutor run`` and the Jupyter server extension ``tutor_jupyter`` (installed with the
+    package, it runs when JupyterLab or Notebook saves) drop the live widget view from a bundle
+    that also holds a picture, so a notebook reopened without its kernel, GitHub and nbviewer
+    show the picture instead of "Error displaying widget: model not found". See CONTRIBUTING.md.
     """
 
     def __init__(self, widget, png: bytes):
@@ -66,26 +108,14 @@ class WithFallback:
         self.png = png
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = _widget_bundle(self.widget) if self.widget is not None else {}
+        bundle = {}
+        if self.widget is not None:
+            if not hasattr(self.widget, "_repr_mimebundle_") and hasattr(self.widget, "_handle_displayed"):
+                self.widget._handle_displayed()  # ipywidgets 7 runs its on-displayed callbacks on display
+            bundle[WIDGET_VIEW] = widget_view(self.widget)
         bundle["image/png"] = self.png
         bundle["text/plain"] = "(interactive widget: run the notebook to use it; showing a static picture)"
         return bundle
-
-
-def _widget_bundle(widget) -> dict:
-    """The display bundle of an ipywidget, in ipywidgets 8 and in 7 (Colab ships 7.7).
-
-    ipywidgets 7 has no ``_repr_mimebundle_``: its ``_ipython_display_`` sends this same view
-    reference (and runs the widget's on-displayed callbacks, which we run too).
-    """
-    if hasattr(widget, "_repr_mimebundle_"):
-        return dict(widget._repr_mimebundle_() or {})
-    if getattr(widget, "_view_name", None) is None:
-        return {}
-    if hasattr(widget, "_handle_displayed"):
-        widget._handle_displayed()
-    return {"application/vnd.jupyter.widget-view+json":
-            {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}}
 
 
 def interactive(draw, static_kwargs: dict | None = None, **controls):
@@ -93,7 +123,9 @@ def interactive(draw, static_kwargs: dict | None = None, **controls):
 
     Returns an object that displays as the live widget, with a static picture of the first state
     (drawn with ``static_kwargs``, by default the controls' initial values) as the fallback.
-    The figure is redrawn only when a control changes, so a headless run shows it once.
+    The figure is redrawn only when a control changes, so a headless run shows it once; each
+    redraw is rendered like the static picture (:func:`figure_png`), so it keeps its size.
+    Controls get room for their whole label (``description_width: initial``).
     """
     if static_kwargs is None:
         static_kwargs = {name: control.value for name, control in controls.items()}
@@ -104,6 +136,9 @@ def interactive(draw, static_kwargs: dict | None = None, **controls):
     except ImportError:  # pragma: no cover
         return WithFallback(None, png)
 
+    for control in controls.values():
+        if hasattr(control, "style") and hasattr(control.style, "description_width"):
+            control.style.description_width = "initial"  # "temperature", not "temperat…"
     out = widgets.Output()
     out.append_display_data(Image(png))
 
@@ -111,9 +146,7 @@ def interactive(draw, static_kwargs: dict | None = None, **controls):
         values = {name: control.value for name, control in controls.items()}
         with out:
             clear_output(wait=True)
-            fig = draw(**values)
-            display(fig)
-            plt.close(fig)
+            display(Image(figure_png(draw(**values))))
 
     for control in controls.values():
         control.observe(redraw, names="value")

@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from tutor.viz.core import heatmap, interactive
+from tutor.viz.core import grid_for, heatmap, interactive
 
 HEAD_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f"]
 
@@ -92,10 +92,12 @@ def head_patterns(weights, tokens, *, titles=None, suptitle="attention weights o
     """One heatmap per head: ``weights`` is [H, T, T], ``tokens`` labels the queries and keys."""
     weights = weights.detach().float().cpu()
     H, T, _ = weights.shape
-    heads = range(H) if highlight is None else [highlight]
-    fig, axes = plt.subplots(1, len(heads), figsize=(len(heads) * (0.42 * T + 1.3) + 0.4, 0.42 * T + 1.6),
-                             squeeze=False)
-    for ax, h in zip(axes[0], heads):
+    heads = list(range(H)) if highlight is None else [highlight]
+    rows, cols, size = grid_for(len(heads), T, per_token=0.42, extra=1.3)  # long names wrap, not shrink
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 0.4, rows * (size - 1.0) + 1.3), squeeze=False)
+    for ax in axes.flat[len(heads):]:
+        ax.axis("off")
+    for ax, h in zip(axes.flat, heads):
         title = titles[h] if titles else f"head {h}"
         heatmap(weights[h], tokens, tokens, ax=ax, title=title, vmin=0, vmax=1, colorbar=False,
                 annotate=T <= 8, fmt=".1f", xlabel="key (attended to)", ylabel="query (position)")

@@ -122,7 +122,7 @@ def sampling_distribution(logits, temperature=1.0, top_k=None, tokens=None, ax=N
     ax.set_xlabel("next token")
     ax.set_ylabel("probability")
     k_text = "all" if top_k is None or top_k >= n else str(top_k)
-    ax.set_title(title or f"temperature = {temperature:g}, top_k = {k_text}")
+    ax.set_title(title or f"temperature = {temperature:.3g}, top_k = {k_text}")  # as the slider reads it
     if own:
         fig.tight_layout()
     return fig

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from tutor import reference as ref
-from tutor.viz.core import heatmap, interactive
+from tutor.viz.core import grid_for, heatmap, interactive
 
 LETTERS = [" "] + [chr(ord("a") + i) for i in range(26)]
 
@@ -68,8 +68,8 @@ def loss_curves(history, baselines: dict | None = None, title="training and vali
     if history.train_loss:
         ax.plot(history.steps, history.train_loss, color="tab:blue", alpha=0.25, linewidth=0.8)
         window = max(1, len(history.train_loss) // 50)
-        ax.plot(history.steps, _smooth(history.train_loss, window), color="tab:blue",
-                label=f"training loss (mean of {window} steps)")
+        label = f"training loss (mean of {window} steps)" if window > 1 else "training loss"
+        ax.plot(history.steps, _smooth(history.train_loss, window), color="tab:blue", label=label)
     if history.val_loss:
         ax.plot(history.val_steps, history.val_loss, "o-", color="tab:red", label="validation loss")
     for (name, value), style in zip((baselines or {}).items(), [":", "--", "-."]):
@@ -153,9 +153,9 @@ def samples_figure(model, temperature=1.0, n=12, seed=0, sample_fn=None):
     ax.set_xticks(range(27), ["end"] + LETTERS[1:], fontsize=8)
     ax.set_xlabel("first letter")
     ax.set_ylabel("probability")
-    ax.set_title(f"P(first letter) at temperature {temperature:.2f}")
+    ax.set_title(f"P(first letter) at temperature {temperature:.3g}")  # as the slider reads it
     text.axis("off")
-    text.set_title(f"{n} samples (temperature {temperature:.2f})")
+    text.set_title(f"{n} samples (temperature {temperature:.3g})")
     text.text(0.05, 0.95, "\n".join(name or "(empty)" for name in names), va="top", family="monospace",
               fontsize=10, transform=text.transAxes)
     fig.tight_layout()
@@ -230,9 +230,7 @@ def attention_figure(model, word="laika", layer=0):
     weights = attention_weights(model, ids)[layer][0]  # [H, T, T]
     H = weights.shape[0]
     tokens = ["␣"] + list(word)
-    cols = min(H, 4)
-    rows = math.ceil(H / cols)
-    size = 0.45 * len(tokens) + 1.2
+    rows, cols, size = grid_for(H, len(tokens), per_token=0.45, extra=1.2)  # long names wrap, not shrink
     fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 0.5, rows * size + 0.6), squeeze=False)
     for h in range(rows * cols):
         ax = axes[h // cols][h % cols]
@@ -241,8 +239,9 @@ def attention_figure(model, word="laika", layer=0):
             continue
         heatmap(weights[h], tokens, tokens, ax=ax, vmin=0, vmax=1, colorbar=False,
                 annotate=len(tokens) <= 8, fmt=".1f", title=f"head {h}",
-                xlabel="key (attended to)", ylabel="query (predicting the next letter)")
-    fig.suptitle(f"attention weights of block {layer} on {word!r} (␣ = the start token ' ')")
+                xlabel="key (attended to)", ylabel="query")
+    fig.suptitle(f"attention weights of block {layer} on {word!r}: each query row predicts the next letter\n"
+                 f"(␣ = the start token ' ')")
     fig.tight_layout()
     return fig
 
