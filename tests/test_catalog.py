@@ -19,8 +19,8 @@ def ids(items):
 
 
 def test_catalog_matches_the_curriculum_numbering():
-    assert [n.number for n in NOTEBOOKS] == list(range(1, 9))
-    assert len({e.name for e in EXERCISES}) == len(EXERCISES) == 28
+    assert [n.number for n in NOTEBOOKS] == list(range(1, len(NOTEBOOKS) + 1))
+    assert len({e.name for e in EXERCISES}) == len(EXERCISES) >= 33
     for n in NOTEBOOKS:
         assert n.slug.startswith(f"{n.number:02d}_")
         assert catalog.exercises(n.number), f"notebook {n.number} has no exercises"
