@@ -97,9 +97,9 @@ EXERCISES = [
     _ex("train_step", 8, "train_step(model, batch, optimizer, ignore_index, clip=1.0) -> float"),
     _ex("evaluate", 8, "evaluate(model, loader, ignore_index, max_batches=None) -> float"),
     # 09
+    _ex("KVCache", 9, "KVCache(n_layers) with update(layer, k, v) -> (k_all, v_all) and length"),
     _ex("RotaryAttention", 9, "RotaryAttention(d_model, n_heads, theta=10000.0) with q_proj, k_proj, v_proj, out_proj; "
         "forward(x, positions=None, cache=None, layer=0), causal, RoPE on q and k"),
-    _ex("KVCache", 9, "KVCache(n_layers) with update(layer, k, v) -> (k_all, v_all) and length"),
     _ex("ModernBlock", 9, "ModernBlock(d_model, n_heads, d_hidden, theta=10000.0) with ln1, attn, ln2, mlp; "
         "forward(x, positions=None, cache=None, layer=0)"),
     _ex("ModernGPT", 9, "ModernGPT(config: ModernConfig) with tok_emb, blocks, ln_f, head; "

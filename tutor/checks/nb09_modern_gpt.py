@@ -12,7 +12,7 @@ from tutor.checks._core import (
 )
 from tutor.checks.nb07_gpt_model import _close, _top_k_probs
 
-__all__ = ["RotaryAttention", "KVCache", "ModernBlock", "ModernGPT", "generate_cached"]
+__all__ = ["KVCache", "RotaryAttention", "ModernBlock", "ModernGPT", "generate_cached"]
 
 D, H = 16, 2  # width and heads of the small modules the checks build (d_head = 8)
 SMALL = dict(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2)
