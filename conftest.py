@@ -16,3 +16,12 @@ os.environ.setdefault("TUTOR_OFFLINE", "1")
 _seed = pathlib.Path(__file__).resolve().parent.parent / "shared" / "data" / "allnames.txt"
 if _seed.exists():
     os.environ.setdefault("TUTOR_NAMES", str(_seed))
+
+_shakespeare = _seed.parent / "tinyshakespeare.txt"
+if _shakespeare.exists():
+    os.environ.setdefault("TUTOR_SHAKESPEARE", str(_shakespeare))
+# Checks record progress (tutor.tracking): during tests into a throw-away file, never into the
+# user's data directory. Kernels started by nbval and nbclient inherit it.
+import tempfile  # noqa: E402
+
+os.environ["TUTOR_PROGRESS_FILE"] = os.path.join(tempfile.mkdtemp(prefix="tutor-progress-"), "progress.json")

@@ -1,8 +1,10 @@
 """``python -m tutor``: build the learner notebooks, run the solutions, list the catalog.
 
     python -m tutor build [NB ...] [--check] [--force] [--solutions DIR] [--notebooks DIR]
-    python -m tutor run [NB ...] [--force] [--timeout S] [--solutions DIR] [--notebooks DIR]
+    python -m tutor run [NB ...] [--force] [--partial-data] [--timeout S] [--solutions DIR] [--notebooks DIR]
     python -m tutor catalog
+    python -m tutor grade SUBMISSION... [--out DIR] [--format gradescope|otter|csv] [--timeout S] [--workers N]
+    python -m tutor progress [NB ...]
 
 NB is a notebook number (``1`` or ``01``), a name (``01_dot_product_attention``) or a file name.
 """
@@ -51,9 +53,46 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds per cell (default 600)")
     p.add_argument("--kernel", default="python3", help="kernel name (default python3)")
     p.add_argument("--force", action="store_true", help="as for build: back up and overwrite edited learner notebooks")
+    p.add_argument("--partial-data", action="store_true",
+                   help="run even when the names are not the full data set (e.g. the offline fallback); "
+                        "the stored outputs then show fewer names and worse losses")
 
     commands.add_parser("catalog", help="list the notebooks and their exercises",
                         description="Print the notebooks and exercises of tutor.catalog as a table.")
+
+    p = commands.add_parser(
+        "grade", help="grade learner notebooks (Gradescope, otter, CSV, feedback)",
+        description="Grade submissions: each exercise is checked again in a fresh kernel the grader controls, "
+                    "with a pristine copy of the checks; stored outputs are ignored. A SUBMISSION is one "
+                    "student: a learner notebook (NN_*.ipynb), a folder or a zip of them; a folder with a "
+                    "subfolder per student (or alice_03_masking.ipynb, bob_03_masking.ipynb ...) is a class.")
+    p.add_argument("submissions", nargs="+", metavar="SUBMISSION")
+    p.add_argument("--out", default="grades", metavar="DIR",
+                   help="where results go (default grades/); one submission: results.json right there, "
+                        "several: one folder per student and gradebook.csv")
+    p.add_argument("--format", action="append", choices=["gradescope", "otter", "csv"], dest="formats",
+                   help="results to write (repeatable; default gradescope). Feedback (feedback.md/.html) "
+                        "is always written")
+    p.add_argument("--timeout", type=float, default=60, metavar="S", help="seconds per cell (default 60)")
+    p.add_argument("--total-timeout", type=float, default=300, metavar="S",
+                   help="seconds per notebook, all attempts together (default 300)")
+    p.add_argument("--memory", type=int, default=4096, metavar="MB",
+                   help="address-space cap of each kernel in MiB (default 4096; 0: none)")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="notebooks graded in parallel (default 1)")
+    p.add_argument("--points", metavar="TOML", help="a TOML file with a [points] table: exercise = points")
+    p.add_argument("--assignment", nargs="+", metavar="NB",
+                   help="notebook numbers every student must submit (a missing one scores 0); "
+                        "default: those found")
+    p.add_argument("--solutions", metavar="DIR", default=None,
+                   help="the solution notebooks the grader reads exercises and points from "
+                        "(default: solutions/ in the repository)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = commands.add_parser(
+        "progress", help="show which exercises you have passed",
+        description="Show every exercise of every notebook as passed, failed or not done yet, with the "
+                    "date of the last pass (from the results your checks recorded).")
+    p.add_argument("notebooks_only", nargs="*", metavar="NB", type=int, help="only these notebook numbers")
     return parser
 
 
@@ -76,8 +115,37 @@ def cmd_build(args) -> int:
     return report.exit_code
 
 
+def data_source_problem() -> str | None:
+    """Why the notebooks would not run on the full names data set, or None when they would.
+
+    ``tutor run`` stores outputs in the solution notebooks, which everyone reads: outputs from
+    the offline fallback (about 5,000 names) or a small file would replace the real figures.
+    """
+    from tutor import data
+    from tutor.errors import TutorError
+
+    try:
+        loaded = data.load_names_with_source(verbose=False)
+    except TutorError as error:
+        return error.one_line()
+    if data.is_full_data_set(loaded):
+        return None
+    where = loaded.notice.split(" ", 2)[2].split(" — ")[0]  # "from the offline fallback (...)"
+    return (f"the notebooks would train on {len(loaded.names):,} names {where}, not the full data set "
+            f"of {data.NUM_NAMES:,} names, and their stored outputs would change")
+
+
 def cmd_run(args) -> int:
     solutions, notebooks = _dirs(args)
+    problem = data_source_problem()
+    if problem and not args.partial_data:
+        from tutor.data import full_list_hint
+
+        print(f"error: refusing to run: {problem}.\n"
+              f"  To fix it: {full_list_hint()}; or pass --partial-data to run anyway.", file=sys.stderr)
+        return 2
+    if problem:
+        print(f"WARNING: --partial-data: {problem}. Do not commit these outputs.", file=sys.stderr)
     return _build.run_solutions(solutions, notebooks, only=args.notebooks_only, force=args.force,
                                 timeout=args.timeout, kernel_name=args.kernel)
 
@@ -101,6 +169,34 @@ def catalog_table() -> str:
     return "\n".join(lines)
 
 
+def cmd_grade(args) -> int:
+    import pathlib
+
+    from tutor import grade, points
+
+    try:
+        overrides = points.load_overrides(args.points) if args.points else {}
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    options = grade.Options(cell_timeout=args.timeout, total_timeout=args.total_timeout, memory_mb=args.memory,
+                            workers=args.workers, points=overrides,
+                            solutions_dir=pathlib.Path(args.solutions) if args.solutions else None)
+    assignment = [int(n) for n in args.assignment] if args.assignment else None
+    students = grade.grade(args.submissions, options, assignment=assignment, progress=not args.no_progress)
+    written = grade.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]))
+    print(grade.summary_table(students))
+    print(f"wrote {len(written)} files to {args.out}")
+    return 0
+
+
+def cmd_progress(args) -> int:
+    from tutor import tracking
+
+    print(tracking.progress(*args.notebooks_only).text())
+    return 0
+
+
 def main(argv=None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
@@ -108,11 +204,15 @@ def main(argv=None) -> int:
         return cmd_build(args)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "grade":
+        return cmd_grade(args)
+    if args.command == "progress":
+        return cmd_progress(args)
     if args.command == "catalog":
         print(catalog_table())
         return 0
-    parser.print_help()
-    return 0
+    parser.print_help(sys.stderr)  # no command: usage, and a non-zero exit like any usage error
+    return 2
 
 
 if __name__ == "__main__":

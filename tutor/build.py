@@ -552,7 +552,10 @@ def execute_solution(path, timeout: int = 600, kernel_name: str = "python3") -> 
         record_timing=False,  # no timestamps in cell metadata: smaller diffs
         resources={"metadata": {"path": str(path.parent.resolve())}},
     )
-    with _environment(STRICT_ENV, "1"):
+    # Progress (tutor.tracking) goes to a throw-away file: the stored output of the notebook's
+    # progress cell shows this run only, and the user's own progress is left alone.
+    with tempfile.TemporaryDirectory(prefix="tutor-run-") as tmp, _environment(STRICT_ENV, "1"), \
+            _environment("TUTOR_PROGRESS_FILE", os.path.join(tmp, "progress.json")):
         client.execute()
     _write_bytes_atomically(path, notebook_bytes(nb))
 

@@ -29,6 +29,13 @@ class Exercise:
     learner_name: str  # the name of the function or class the learner defines
     reference: str  # attribute of tutor.reference holding the model answer
 
+    @property
+    def points(self) -> int:
+        """Points for grading: the exercise's difficulty (its 🔴 count) unless overridden (see tutor.points)."""
+        from tutor import points
+
+        return points.default_points(self.notebook)[self.name]
+
 
 NOTEBOOKS = [
     Notebook(1, "01_dot_product_attention", "Dot-product attention on \"laika\"",
@@ -38,7 +45,7 @@ NOTEBOOKS = [
     Notebook(3, "03_masking", "Masking",
              "causal and padding masks, masked attention", 45),
     Notebook(4, "04_multi_head_attention", "Multi-head attention",
-             "splitting and merging heads, multi-head attention", 60),
+             "splitting and merging heads, multi-head attention", 90),  # a learner's walk-through took 75-90
     Notebook(5, "05_positional_encodings", "Positional encodings",
              "sinusoidal and learned position embeddings, rotary embeddings (RoPE)", 60),
     Notebook(6, "06_transformer_block", "The transformer block",
@@ -49,6 +56,8 @@ NOTEBOOKS = [
              "the loss, a learning-rate schedule, the training loop, evaluation; sampling new names", 90),
     Notebook(9, "09_modern_gpt", "A modern GPT: RoPE, RMSNorm, SwiGLU and the KV cache",
              "rotary attention, a Llama-style block and GPT, a key/value cache and cached sampling", 90),
+    Notebook(10, "10_scaling_up", "Scaling up: Shakespeare, mixed precision and many GPUs",
+             "random text windows, FLOPs and MFU, exact resume, data parallelism with torch.distributed", 90),
 ]
 
 
@@ -106,6 +115,10 @@ EXERCISES = [
         "forward(ids, positions=None, cache=None) -> logits"),
     _ex("generate_cached", 9, "generate_cached(model, ids, max_new_tokens, temperature=1.0, top_k=None) -> ids, "
         "with a KVCache"),
+    # 10
+    _ex("get_batch", 10, "get_batch(data: LongTensor[N], block_size, batch_size, generator=None) -> (x, y)"),
+    _ex("flops_per_token", 10, "flops_per_token(n_params, n_layers, d_model, block_size) -> int"),
+    _ex("average_gradients", 10, "average_gradients(model): every .grad becomes its mean over all processes"),
 ]
 
 BY_NAME = {e.name: e for e in EXERCISES}

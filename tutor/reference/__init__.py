@@ -16,3 +16,4 @@ from tutor.reference.layers import LayerNorm, RMSNorm, MLP, SwiGLU, TransformerB
 from tutor.reference.model import GPTConfig, GPT, generate  # noqa: F401
 from tutor.reference.model import ModernConfig, ModernGPT, generate_cached, swiglu_hidden  # noqa: F401
 from tutor.reference.training import lm_loss, lr_schedule, train_step, evaluate  # noqa: F401
+from tutor.reference.scaling import get_batch, flops_per_token, average_gradients  # noqa: F401
