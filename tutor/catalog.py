@@ -54,6 +54,8 @@ NOTEBOOKS = [
              "a GPT with GPT-2 initialisation, and generation with temperature and top-k", 60),
     Notebook(8, "08_training", "Training on a GPU",
              "the loss, a learning-rate schedule, the training loop, evaluation; sampling new names", 90),
+    Notebook(9, "09_modern_gpt", "A modern GPT: RoPE, RMSNorm, SwiGLU and the KV cache",
+             "rotary attention, a Llama-style block and GPT, a key/value cache and cached sampling", 90),
     Notebook(10, "10_scaling_up", "Scaling up: Shakespeare, mixed precision and many GPUs",
              "random text windows, FLOPs and MFU, exact resume, data parallelism with torch.distributed", 90),
 ]
@@ -103,6 +105,16 @@ EXERCISES = [
     _ex("lr_schedule", 8, "lr_schedule(step, max_lr, warmup_steps, total_steps, min_lr=0.0) -> float"),
     _ex("train_step", 8, "train_step(model, batch, optimizer, ignore_index, clip=1.0) -> float"),
     _ex("evaluate", 8, "evaluate(model, loader, ignore_index, max_batches=None) -> float"),
+    # 09
+    _ex("KVCache", 9, "KVCache(n_layers) with update(layer, k, v) -> (k_all, v_all) and length"),
+    _ex("RotaryAttention", 9, "RotaryAttention(d_model, n_heads, theta=10000.0) with q_proj, k_proj, v_proj, out_proj; "
+        "forward(x, positions=None, cache=None, layer=0), causal, RoPE on q and k"),
+    _ex("ModernBlock", 9, "ModernBlock(d_model, n_heads, d_hidden, theta=10000.0) with ln1, attn, ln2, mlp; "
+        "forward(x, positions=None, cache=None, layer=0)"),
+    _ex("ModernGPT", 9, "ModernGPT(config: ModernConfig) with tok_emb, blocks, ln_f, head; "
+        "forward(ids, positions=None, cache=None) -> logits"),
+    _ex("generate_cached", 9, "generate_cached(model, ids, max_new_tokens, temperature=1.0, top_k=None) -> ids, "
+        "with a KVCache"),
     # 10
     _ex("get_batch", 10, "get_batch(data: LongTensor[N], block_size, batch_size, generator=None) -> (x, y)"),
     _ex("flops_per_token", 10, "flops_per_token(n_params, n_layers, d_model, block_size) -> int"),

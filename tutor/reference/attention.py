@@ -1,9 +1,12 @@
-"""Attention, from one-hot vectors to multi-head attention (notebooks 01-04)."""
+"""Attention, from one-hot vectors to multi-head attention (notebooks 01-04), and rotary attention
+with a key/value cache (notebook 09)."""
 
 import math
 
 import torch
 import torch.nn as nn
+
+from tutor.reference.positional import apply_rope
 
 
 # --- 01: dot-product attention on "laika" ---------------------------------------------
@@ -113,3 +116,70 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = self.dropout(softmax(scores, dim=-1))
         return self.out_proj(merge_heads(weights @ v))
+
+
+# --- 09: rotary attention and the key/value cache -------------------------------------------
+
+
+class KVCache:
+    """The rotated keys and the values every attention layer has seen so far, for fast generation.
+
+    Layer ``l`` holds ``keys[l]`` and ``values[l]``, each ``[B, H, T_seen, d_head]`` (None before
+    its first update).
+    """
+
+    def __init__(self, n_layers: int):
+        self.keys = [None] * n_layers
+        self.values = [None] * n_layers
+
+    def update(self, layer: int, k, v):
+        """Append k, v [B, H, T, d_head] to ``layer``'s cache; return everything it holds."""
+        if self.keys[layer] is None:
+            self.keys[layer], self.values[layer] = k, v
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
+        return self.keys[layer], self.values[layer]
+
+    @property
+    def length(self) -> int:
+        """Positions held by every layer: the least over layers (0 for a fresh cache)."""
+        return min((0 if k is None else k.shape[-2]) for k in self.keys)
+
+
+class RotaryAttention(nn.Module):
+    """Causal multi-head attention with rotary positions (RoPE) on the queries and keys, no biases.
+
+    With a ``KVCache`` the new keys and values are appended to ``cache`` (at index ``layer``) and the
+    queries attend over every key held: query ``i`` (absolute position ``start + i``) sees keys
+    ``0 .. start + i``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, theta: float = 10000.0):
+        super().__init__()
+        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
+        self.n_heads = n_heads
+        self.theta = theta
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, positions=None, cache=None, layer: int = 0):
+        B, T, C = x.shape
+        if positions is None:
+            start = cache.length if cache is not None else 0
+            positions = torch.arange(start, start + T, device=x.device)
+        q = split_heads(self.q_proj(x), self.n_heads)  # [B, H, T, d_head]
+        k = split_heads(self.k_proj(x), self.n_heads)
+        v = split_heads(self.v_proj(x), self.n_heads)
+        q = apply_rope(q, positions, self.theta)  # rotate every head's queries and keys,
+        k = apply_rope(k, positions, self.theta)  # never the values
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # [B, H, S, d_head]: every key held, these T last
+        S = k.shape[-2]
+        # query i sits at position S - T + i and sees keys 0 .. S - T + i
+        mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=S - T)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~mask, float("-inf"))
+        return self.out_proj(merge_heads(softmax(scores, dim=-1) @ v))

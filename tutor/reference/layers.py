@@ -1,10 +1,11 @@
-"""Normalisation, feed-forward layers and the pre-norm transformer block (notebook 06)."""
+"""Normalisation, feed-forward layers and the pre-norm transformer block (notebook 06), and the
+modern block of notebook 09."""
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tutor.reference.attention import MultiHeadAttention
+from tutor.reference.attention import MultiHeadAttention, RotaryAttention
 
 
 class LayerNorm(nn.Module):
@@ -80,5 +81,21 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x, mask=None):
         x = x + self.attn(self.ln1(x), mask)
+        x = x + self.mlp(self.ln2(x))
+        return x
+
+
+class ModernBlock(nn.Module):
+    """The pre-norm block of Llama-style models: RMSNorm, rotary attention, RMSNorm, SwiGLU."""
+
+    def __init__(self, d_model: int, n_heads: int, d_hidden: int, theta: float = 10000.0):
+        super().__init__()
+        self.ln1 = RMSNorm(d_model)
+        self.attn = RotaryAttention(d_model, n_heads, theta)
+        self.ln2 = RMSNorm(d_model)
+        self.mlp = SwiGLU(d_model, d_hidden)
+
+    def forward(self, x, positions=None, cache=None, layer: int = 0):
+        x = x + self.attn(self.ln1(x), positions, cache, layer)
         x = x + self.mlp(self.ln2(x))
         return x

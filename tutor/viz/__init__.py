@@ -21,3 +21,4 @@ from tutor.viz.model import (  # noqa: F401  (07)
     architecture_diagram, residual_growth, sampling_distribution, sampling_explorer, temperature_bars,
 )
 from tutor.viz import training  # noqa: F401,E402  (08: live loss plot, samples, attention of the trained model)
+from tutor.viz import modern  # noqa: F401,E402  (09: the KV cache, generation speed, two training runs)
