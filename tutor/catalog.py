@@ -47,6 +47,8 @@ NOTEBOOKS = [
              "a GPT with GPT-2 initialisation, and generation with temperature and top-k", 60),
     Notebook(8, "08_training", "Training on a GPU",
              "the loss, a learning-rate schedule, the training loop, evaluation; sampling new names", 90),
+    Notebook(11, "11_tokenization", "Tokenization: byte-pair encoding",
+             "a byte-level BPE trainer and tokenizer that match tiktoken; characters vs BPE tokens in bits per byte", 90),
 ]
 
 
@@ -94,6 +96,12 @@ EXERCISES = [
     _ex("lr_schedule", 8, "lr_schedule(step, max_lr, warmup_steps, total_steps, min_lr=0.0) -> float"),
     _ex("train_step", 8, "train_step(model, batch, optimizer, ignore_index, clip=1.0) -> float"),
     _ex("evaluate", 8, "evaluate(model, loader, ignore_index, max_batches=None) -> float"),
+    # 11
+    _ex("count_pairs", 11, "count_pairs(ids: list[int], counts=None) -> dict[(int, int), int]"),
+    _ex("merge_pair", 11, "merge_pair(ids: list[int], pair: (int, int), new_id: int) -> list[int]"),
+    _ex("train_bpe", 11, "train_bpe(text, vocab_size, special_tokens=()) -> (vocab: dict[int, bytes], merges: list[(bytes, bytes)])"),
+    _ex("BPETokenizer", 11, "BPETokenizer(vocab, merges, special_tokens=None) with encode(text), decode(ids), encode_iterable(lines)"),
+    _ex("bits_per_byte", 11, "bits_per_byte(loss, n_tokens, n_bytes) -> float"),
 ]
 
 BY_NAME = {e.name: e for e in EXERCISES}
