@@ -11,7 +11,7 @@ same model (same weights, same outputs, asserted) using ``F.scaled_dot_product_a
 with ``F.layer_norm`` as well, with their ratios. ``--threads N`` overrides the configuration's
 CPU threads (1).
 
-The training loop is ``tutor.reference.training.fit``: the very loop the notebook runs.
+The training loop is ``tutor.trainer.fit``: the very loop the notebook runs.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from tutor import data
 from tutor import reference as ref
-from tutor.reference import training as tr
+from tutor import trainer as tr
 
 @pytest.fixture(autouse=True)
 def _one_thread():

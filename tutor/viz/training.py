@@ -138,7 +138,8 @@ def loss_by_position(sums, counts, title="validation loss at each position of a 
 
 def samples_figure(model, temperature=1.0, n=12, seed=0, sample_fn=None):
     """Left: the distribution of the first letter at this temperature. Right: ``n`` sampled names."""
-    sample_fn = sample_fn or ref.training.sample_names
+    if sample_fn is None:
+        from tutor.trainer import sample_names as sample_fn
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

@@ -1,0 +1,440 @@
+"""The training engine: the loop that notebooks 08-11, ``benchmarks/`` and ``python -m tutor.scale``
+share, with its presets, the bigram baseline, evaluation by position, fused kernels, progress bar,
+checkpoints and sampling.
+
+The four things a learner writes in notebook 08 (``lm_loss``, ``lr_schedule``, ``train_step``,
+``evaluate``) are in ``tutor.reference.training``; ``fit`` uses them unless the notebook passes the
+learner's own.
+"""
+
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tutor.reference.attention import MultiHeadAttention, merge_heads, split_heads
+from tutor.reference.layers import LayerNorm
+from tutor.reference.model import GPTConfig
+from tutor.reference.tokens import PAD_X, PAD_Y, vocab_size
+from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step  # noqa: F401
+
+
+# --- the baseline to beat: a count-based bigram model ---------------------------------------
+
+
+class BigramModel(nn.Module):
+    """P(next | current) from counts over the training names, with add-``smoothing`` counts.
+
+    ``forward(ids [B, T]) -> logits [B, T, V]`` are log-probabilities, so ``evaluate`` and
+    ``generate`` work on it unchanged. ``'.'`` (the target padding) gets probability 0.
+    """
+
+    def __init__(self, names, smoothing: float = 1.0):
+        super().__init__()
+        V = vocab_size
+        firsts, seconds = [], []
+        for name in names:
+            ids = [PAD_X] + [ord(ch) - ord("a") + 1 for ch in name.lower()] + [PAD_X]
+            firsts += ids[:-1]
+            seconds += ids[1:]
+        pairs = torch.tensor(firsts, dtype=torch.long) * V + torch.tensor(seconds, dtype=torch.long)
+        counts = torch.bincount(pairs, minlength=V * V).view(V, V).float()
+        self.register_buffer("counts", counts)  # [V, V]: counts[a, b] = how often b follows a
+        smoothed = counts + smoothing
+        smoothed[:, PAD_Y] = 0.0  # '.' never follows anything: it is padding
+        probs = smoothed / smoothed.sum(dim=1, keepdim=True)
+        # a parameter (frozen) rather than a buffer, so `next(model.parameters())` gives its device
+        self.log_probs = nn.Parameter(probs.log(), requires_grad=False)
+        self.config = GPTConfig(vocab_size=V, max_len=16, d_model=0, n_heads=1, n_layers=0)
+
+    def forward(self, ids, mask=None):
+        return self.log_probs[ids]
+
+
+# --- evaluation by position -------------------------------------------------------------------
+
+
+@torch.no_grad()
+def position_losses(model, loader, ignore_index=PAD_Y, max_batches=None):
+    """Summed loss and token count at every position: two float64 tensors ``[T_max]``.
+
+    Position 0 predicts the first letter from the start token ' ' alone.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    sums = torch.zeros(0, dtype=torch.float64)
+    counts = torch.zeros(0, dtype=torch.float64)
+    for i, (x, y) in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        x, y = x.to(device), y.to(device)
+        logits = model(x).float()
+        loss = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=ignore_index, reduction="none")  # [B, T]
+        T = y.shape[1]
+        if T > len(sums):
+            sums = torch.cat([sums, torch.zeros(T - len(sums), dtype=torch.float64)])
+            counts = torch.cat([counts, torch.zeros(T - len(counts), dtype=torch.float64)])
+        sums[:T] += loss.sum(dim=0).double().cpu()
+        counts[:T] += (y != ignore_index).sum(dim=0).double().cpu()
+    model.train(was_training)
+    return sums, counts
+
+
+def val_losses(model, loader, ignore_index=PAD_Y, max_batches=None) -> dict:
+    """``{"all": ..., "excluding_first": ...}``: the mean loss over every predicted character, and
+    over every one but the first letter (the model is then given the first letter, as in the
+    source article)."""
+    return losses_from_positions(*position_losses(model, loader, ignore_index, max_batches))
+
+
+def losses_from_positions(sums, counts) -> dict:
+    """``val_losses`` from the output of ``position_losses``."""
+    return {
+        "all": (sums.sum() / counts.sum().clamp(min=1)).item(),
+        "excluding_first": (sums[1:].sum() / counts[1:].sum().clamp(min=1)).item(),
+    }
+
+
+# --- the fused attention kernel -----------------------------------------------------------------
+
+
+class FusedMultiHeadAttention(MultiHeadAttention):
+    """The same module as ``MultiHeadAttention`` (same parameters, same outputs), with the
+    scores, mask, softmax and weighted sum done by one call to ``F.scaled_dot_product_attention``."""
+
+    def forward(self, x, mask=None):
+        q = split_heads(self.q_proj(x), self.n_heads)  # [B, H, T, d_head]
+        k = split_heads(self.k_proj(x), self.n_heads)
+        v = split_heads(self.v_proj(x), self.n_heads)
+        p = self.dropout.p if self.training else 0.0
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+        else:
+            mask = mask.unsqueeze(-3)  # the head axis
+            if self.causal:
+                mask = mask & torch.tril(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.out_proj(merge_heads(y))
+
+
+class FusedLayerNorm(LayerNorm):
+    """``LayerNorm`` computed by ``F.layer_norm`` (one kernel; the same numbers to float precision)."""
+
+    def forward(self, x):
+        dtype = x.dtype
+        y = F.layer_norm(x.float(), self.weight.shape, self.weight.float(), self.bias.float(), self.eps)
+        return y.to(dtype)
+
+
+def use_fused_attention(model, fused: bool = True):
+    """Switch every ``MultiHeadAttention`` in ``model`` to the fused kernel (or back), in place.
+
+    The weights are untouched: only the ``forward`` used changes. Returns ``model``.
+    """
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.__class__ = FusedMultiHeadAttention if fused else MultiHeadAttention
+    return model
+
+
+def use_fused_kernels(model, fused: bool = True):
+    """``use_fused_attention``, and ``F.layer_norm`` for every ``LayerNorm``: in place, same weights."""
+    use_fused_attention(model, fused)
+    for module in model.modules():
+        if isinstance(module, LayerNorm):
+            module.__class__ = FusedLayerNorm if fused else LayerNorm
+    return model
+
+
+# --- configurations ------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """Model size and optimisation settings of one training run."""
+
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 4
+    dropout: float = 0.0
+    batch_size: int = 128
+    steps: int = 2200
+    max_lr: float = 8e-3
+    min_lr: float = 5e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    eval_every: int = 200  # steps between two evaluations on ``eval_batches`` validation batches
+    eval_batches: int = 10
+    bf16: bool = False  # CUDA only: run the forward pass under torch.autocast(dtype=torch.bfloat16)
+    compile: bool = False  # torch.compile the model (CUDA only here: on a CPU the compile costs more than it saves)
+    cpu_threads: int | None = 1  # threads for training on a CPU (None: PyTorch's default, one per core); see fit
+    fused_kernels: bool = True  # F.scaled_dot_product_attention and F.layer_norm instead of the hand-written ones
+    seed: int = 0
+
+    def model_config(self) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size, max_len=16, d_model=self.d_model, n_heads=self.n_heads,
+                         n_layers=self.n_layers, dropout=self.dropout)
+
+    def describe(self) -> str:
+        return (f"d_model={self.d_model}, {self.n_layers} layers, {self.n_heads} heads, batch {self.batch_size}, "
+                f"{self.steps} steps, lr {self.max_lr:g} → {self.min_lr:g}")
+
+
+# Sized for a laptop CPU (2 cores: about 2 minutes) and for one modern GPU.
+CPU_CONFIG = TrainConfig()
+GPU_CONFIG = TrainConfig(d_model=256, n_heads=8, n_layers=6, dropout=0.1, batch_size=512, steps=4000,
+                         max_lr=1e-3, min_lr=1e-4, warmup_steps=200, eval_every=500, eval_batches=20,
+                         bf16=True, compile=True)
+
+
+def config_for(device) -> TrainConfig:
+    """The preset for ``device``: ``GPU_CONFIG`` on CUDA, a CPU-sized one elsewhere (MPS included,
+    without bf16 autocast or compile)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return replace(GPU_CONFIG)
+    if device.type == "mps":
+        return replace(GPU_CONFIG, bf16=False, compile=False, steps=2000)
+    return replace(CPU_CONFIG)
+
+
+def make_model(config: TrainConfig, device="cpu"):
+    """A fresh GPT for ``config`` on ``device``, seeded with ``config.seed``, with fused kernels if asked."""
+    from tutor.reference.model import GPT
+
+    torch.manual_seed(config.seed)
+    model = GPT(config.model_config()).to(device)
+    if config.fused_kernels:
+        use_fused_kernels(model)
+    return model
+
+
+# --- the training loop -----------------------------------------------------------------------------
+
+
+class AutocastBF16(nn.Module):
+    """Wraps a model so that its forward pass runs under bf16 autocast on CUDA.
+
+    The parameters stay float32 (the optimizer updates them in full precision); matrix products
+    run in bfloat16. The logits are returned in float32, so the loss (computed outside the
+    autocast region, by ``train_step`` or ``evaluate``) is computed in full precision.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.config = getattr(model, "config", None)
+
+    def forward(self, *args, **kwargs):
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            logits = self.model(*args, **kwargs)
+        return logits.float()
+
+
+@dataclass
+class History:
+    """What ``fit`` records: the training loss at every step, the validation loss now and then."""
+
+    steps: list = field(default_factory=list)
+    train_loss: list = field(default_factory=list)
+    lr: list = field(default_factory=list)
+    val_steps: list = field(default_factory=list)
+    val_loss: list = field(default_factory=list)
+    tokens: int = 0  # real target tokens trained on
+    seconds: float = 0.0  # wall time of the loop (evaluations included)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+
+def _batches(loader):
+    """Loop over ``loader`` forever (one shuffle per epoch)."""
+    while True:
+        yield from loader
+
+
+def make_optimizer(model, config: TrainConfig):
+    """AdamW with weight decay on the matrices (Linear and Embedding weights) only, as in GPT-2."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.max_lr, betas=(0.9, 0.99))
+
+
+def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, eval_fn=None, lr_fn=None,
+        ignore_index=PAD_Y, optimizer=None, progress=True, plot=None):
+    """Train ``model`` for ``config.steps`` steps and return a ``History``.
+
+    ``step_fn``, ``eval_fn`` and ``lr_fn`` default to ``train_step``, ``evaluate`` and
+    ``lr_schedule``; the notebook passes the learner's own. ``plot`` (optional) has an
+    ``update(history)`` method called after every evaluation (see ``tutor.viz.training.LivePlot``).
+    ``config.bf16`` and ``config.compile`` only act on CUDA.
+    """
+    step_fn = step_fn or train_step
+    eval_fn = eval_fn or evaluate
+    lr_fn = lr_fn or lr_schedule
+    device = next(model.parameters()).device
+    optimizer = optimizer or make_optimizer(model, config)
+    runner = model
+    if config.bf16 and device.type == "cuda":
+        runner = AutocastBF16(runner)
+    if config.compile and device.type == "cuda":
+        runner = torch.compile(runner)
+    # The matrices of a small model are tiny: a second CPU thread gains about a quarter on 2 idle cores, and
+    # threads that wait for each other slow down many times over when other programs share the cores.
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
+    try:
+        return _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn,
+                    ignore_index, progress, plot, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+class _NotebookLine:
+    """A file for tqdm that shows the bar as one line of notebook output, replaced in place.
+
+    The saved output keeps the bar's last state, so a notebook opened on GitHub or after a headless
+    run shows the finished bar, not the 0% a progress widget would leave there.
+    """
+
+    encoding = "utf-8"  # tells tqdm it may draw the bar with Unicode blocks
+
+    def __init__(self):
+        from IPython.display import display
+
+        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def write(self, text):
+        text = text.replace("\r", "").strip()
+        if text:
+            self.handle.update({"text/plain": text}, raw=True)
+
+    def flush(self):
+        pass
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _progress_bar(total):
+    """A tqdm bar: in a notebook one line of output updated in place, elsewhere the usual one on stderr."""
+    from tqdm import tqdm
+
+    if _in_notebook():
+        return tqdm(total=total, desc="training", unit="step", mininterval=0.5, file=_NotebookLine(), ncols=100)
+    return tqdm(total=total, desc="training", unit="step", mininterval=0.5)
+
+
+def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn, ignore_index,
+         progress, plot, device):
+    history = History()
+    batches = _batches(train_loader)
+    bar = _progress_bar(config.steps) if progress else None
+    model.train()
+    start = time.perf_counter()
+    for step in range(config.steps):
+        lr = lr_fn(step, config.max_lr, config.warmup_steps, config.steps, config.min_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = next(batches)
+        loss = step_fn(runner, (x, y), optimizer, ignore_index, clip=config.clip)
+        history.steps.append(step)
+        history.train_loss.append(float(loss))
+        history.lr.append(lr)
+        history.tokens += int((y != ignore_index).sum())
+        last = step == config.steps - 1
+        if (step + 1) % config.eval_every == 0 or last:
+            val = eval_fn(runner, val_loader, ignore_index, max_batches=config.eval_batches)
+            history.val_steps.append(step)
+            history.val_loss.append(float(val))
+            if plot is not None:
+                plot.update(history)
+        if bar is not None:
+            bar.update(1)
+            if step % 25 == 0 or last:
+                postfix = {"loss": f"{float(loss):.3f}", "lr": f"{lr:.2e}"}
+                if history.val_loss:
+                    postfix["val"] = f"{history.val_loss[-1]:.3f}"
+                bar.set_postfix(postfix, refresh=False)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    history.seconds = time.perf_counter() - start
+    if bar is not None:
+        bar.close()
+    return history
+
+
+# --- checkpoints -------------------------------------------------------------------------------------
+
+
+def save_checkpoint(path, model, config: TrainConfig, history: History | None = None):
+    """Save the weights and the configs needed to rebuild the model (a ``.pt`` file)."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save({"model": state, "train_config": asdict(config),
+                "val_loss": history.val_loss[-1] if history and history.val_loss else None}, path)
+    return path
+
+
+def load_checkpoint(path, device="cpu"):
+    """Rebuild the GPT saved by ``save_checkpoint``; returns ``(model, train_config)``."""
+    saved = torch.load(path, map_location=device, weights_only=True)
+    config = TrainConfig(**saved["train_config"])
+    model = make_model(config, device)
+    model.load_state_dict(saved["model"])
+    return model, config
+
+
+def sample_names(model, n: int = 10, temperature: float = 1.0, top_k=None, seed=None, generate_fn=None):
+    """``n`` new names: start from ' ', sample until the next ' ' (or ``max_len`` characters)."""
+    from tutor.reference.model import generate
+    from tutor.reference.tokens import decode
+
+    generate_fn = generate_fn or generate
+    device = next(model.parameters()).device
+    start = torch.full((n, 1), PAD_X, dtype=torch.long, device=device)
+    with seeded(seed):
+        ids = generate_fn(model, start, model.config.max_len, temperature=temperature, top_k=top_k)
+    names = []
+    for row in ids[:, 1:].tolist():
+        text = decode(row)
+        names.append(text.split(" ")[0].replace(".", ""))
+    return names
+
+
+class seeded:
+    """``with seeded(seed):`` runs with a fixed torch seed (and restores the RNG); ``None`` = no-op."""
+
+    def __init__(self, seed):
+        self.seed = seed
+        self._fork = None
+
+    def __enter__(self):
+        if self.seed is not None:
+            self._fork = torch.random.fork_rng(devices=[])
+            self._fork.__enter__()
+            torch.manual_seed(self.seed)
+        return self
+
+    def __exit__(self, *exc):
+        if self._fork is not None:
+            return self._fork.__exit__(*exc)
+        return False
