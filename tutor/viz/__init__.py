@@ -21,3 +21,4 @@ from tutor.viz.model import (  # noqa: F401  (07)
     architecture_diagram, residual_growth, sampling_distribution, sampling_explorer, temperature_bars,
 )
 from tutor.viz import training  # noqa: F401,E402  (08: live loss plot, samples, attention of the trained model)
+from tutor.viz import tokens  # noqa: F401,E402  (11: text coloured by token, merges, compression, bits per byte)
