@@ -228,3 +228,41 @@ def test_bad_input(mixed_tokenizer, tmp_path):
 
 def test_module_lists_its_rules():
     assert bpe.GPT2_PATTERN.startswith("'(?:[sdmt]|ll|ve|re)")
+
+
+# --- the payoff's plumbing (the training itself runs in the notebook and benchmarks/bpe.py --payoff) ---
+
+
+def test_payoff_tokenizations_and_budget():
+    from tutor import bpe_vs_chars as payoff
+
+    train_text, val_text = payoff.split(SMALL * 4)
+    assert train_text + val_text == SMALL * 4 and len(val_text) == pytest.approx(len(SMALL) * 0.4, abs=1)
+    chars = payoff.characters(train_text, val_text)
+    assert chars.decode(chars.train.tolist()) == train_text and chars.bytes_per_token == 1.0
+    assert chars.val_bytes == len(val_text.encode("utf-8"))
+    tokens = payoff.bpe(train_text, val_text, 300)
+    assert tokens.decode(tokens.val.tolist()) == val_text and tokens.bytes_per_token > 1.5
+    config = payoff.RunConfig(block_size=8, batch_size=2)
+    assert payoff.steps_for(10 * 1000 * 2 * 8, 1000, config) == 10
+    model = payoff.make_model(tokens, config)
+    assert model.head.out_features == 300 and model.config.max_len == 8
+    # notebook 10's FLOPs per token: 6 N + 12 L d T
+    assert payoff.flops_per_token(1000, 2, 16, 8) == 6 * 1000 + 12 * 2 * 16 * 8
+
+
+def test_token_pictures():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tutor.viz import tokens as pictures
+
+    vocab, merges = train_bpe(SMALL, 300, [EOT])
+    tok = BPETokenizer(vocab, merges, [EOT])
+    fig = pictures.token_figure(tok, "the cat\n  sat 😀" + EOT)
+    assert fig.axes[0].get_title().endswith("bytes per token)")
+    assert len(fig.axes[0].texts) == len(tok.encode("the cat\n  sat 😀" + EOT))
+    fig = pictures.merges_figure(merges, pictures.token_counts(tok, tok.encode(SMALL)), n=5)
+    assert len(fig.axes[0].patches) == 5
+    widget = pictures.token_explorer(tok, "the cat")
+    assert "image/png" in widget._repr_mimebundle_()
