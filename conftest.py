@@ -16,3 +16,7 @@ os.environ.setdefault("TUTOR_OFFLINE", "1")
 _seed = pathlib.Path(__file__).resolve().parent.parent / "shared" / "data" / "allnames.txt"
 if _seed.exists():
     os.environ.setdefault("TUTOR_NAMES", str(_seed))
+
+_shakespeare = _seed.parent / "tinyshakespeare.txt"
+if _shakespeare.exists():
+    os.environ.setdefault("TUTOR_SHAKESPEARE", str(_shakespeare))

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from tutor import data  # noqa: E402
 from tutor.reference import GPT, PAD_Y  # noqa: E402
-from tutor.reference import training as tr  # noqa: E402
+from tutor import trainer as tr  # noqa: E402
 
 ALLNAMES = Path(__file__).resolve().parents[2] / "shared/data/allnames.txt"
 ARTICLE_VAL_LOSS = 1.92  # the source article's validation loss (its model is given the first letter)

@@ -457,11 +457,11 @@ def test_cli_reports_bad_markers_on_stderr(dirs):
     assert not notebooks.exists()
 
 
-def test_cli_without_arguments_prints_help_and_catalog_lists_exercises():
+def test_cli_without_arguments_prints_usage_and_fails_and_catalog_lists_exercises():
     result = cli()
-    assert result.returncode == 0
+    assert result.returncode == 2 and result.stderr.startswith("usage: python -m tutor")
     for command in ("build", "run", "catalog"):
-        assert command in result.stdout
+        assert command in result.stderr
     result = cli("catalog")
     assert result.returncode == 0
     from tutor import catalog
@@ -508,9 +508,124 @@ def test_run_leaves_a_failing_solution_unchanged(tmp_path):
 # --- the real repository -----------------------------------------------------------------
 
 
+MAINTAINER_ENV = ("TUTOR_MAINTAINER", "CI")  # .ci/run sets TUTOR_MAINTAINER=1; CI services set CI
+
+
+def _maintainer_mode() -> bool:
+    return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no") for name in MAINTAINER_ENV)
+
+
+def repository_staleness(solutions, notebooks):
+    """``(stale, learner_work)`` for the learner notebooks of a repository.
+
+    ``stale``: notebooks that differ from a fresh build of ``solutions`` and hold no learner's
+    edits (a maintainer changed a solution and did not rebuild), and missing or orphan ones.
+    ``learner_work``: ``(name, why)`` of notebooks that hold a learner's edits: their cells no
+    longer match the hash recorded when they were built. They are the learner's business.
+    """
+    report = b.build(solutions, notebooks, check=True)
+    assert not report.errors, report.errors
+    stale, learner_work = [], []
+    for r in report.by_status("stale", "missing", "orphan"):
+        edits = b.learner_edits(r.path) if r.status == "stale" else None
+        if not edits:
+            stale.append(f"{r.name}: {r.status}: {r.reason}")
+            continue
+        fresh = b.make_learner_notebook(b.read_notebook(pathlib.Path(solutions) / r.name), "")
+        recorded = b.read_notebook(r.path).metadata.get("tutor", {}).get("build_hash")
+        since = ("" if recorded == fresh.metadata["tutor"]["build_hash"]
+                 else "; solutions/ also changed since it was built")
+        learner_work.append((r.name, f"{edits}{since}"))
+    return stale, learner_work
+
+
 def test_the_repository_learner_notebooks_are_up_to_date():
+    """Maintainers: notebooks/ must be rebuilt after a solution changes (`python -m tutor build`).
+
+    A learner who saved work in notebooks/ is not told that it is an error: those notebooks are
+    skipped with one line, unless TUTOR_MAINTAINER=1 or CI is set (then every difference fails).
+    """
     if not list((ROOT / "solutions").glob("*.ipynb")):
         pytest.skip("solutions/ has no notebooks yet")
-    result = cli("build", "--check")
-    assert result.returncode == 0, (
-        "notebooks/ is out of date with solutions/; run `python -m tutor build`\n" + result.stdout + result.stderr)
+    stale, learner_work = repository_staleness(ROOT / "solutions", ROOT / "notebooks")
+    if _maintainer_mode():
+        stale += [f"{name}: holds edits: {why}" for name, why in learner_work]
+    assert not stale, ("notebooks/ is out of date with solutions/; run `python -m tutor build`\n"
+                       + "\n".join(stale))
+    if learner_work:
+        pytest.skip("notebooks/ holds your own work (" + ", ".join(name for name, _ in learner_work)
+                    + "): not compared with solutions/; that is fine")
+
+
+def test_staleness_tells_a_maintainers_stale_build_from_a_learners_work(dirs):
+    solutions, notebooks = dirs
+    nbformat.write(solution_notebook(), solutions / "01_softmax.ipynb")
+    nbformat.write(solution_notebook(), solutions / "02_other.ipynb")
+    assert b.build(solutions, notebooks).exit_code == 0
+    assert repository_staleness(solutions, notebooks) == ([], [])
+
+    # a learner types code and runs cells in 01, and saves it
+    learner = read(notebooks / "01_softmax.ipynb")
+    learner.cells[1].source = learner.cells[1].source.replace("raise NotImplementedError()", "return x")
+    learner.cells[1].outputs = [new_output("stream", name="stdout", text="defined\n")]
+    learner.cells[1].execution_count = 1
+    nbformat.write(learner, notebooks / "01_softmax.ipynb")
+    stale, work = repository_staleness(solutions, notebooks)
+    assert stale == [] and [name for name, _ in work] == ["01_softmax.ipynb"]
+    assert "outputs or code typed" in work[0][1] and "solutions/ also changed" not in work[0][1]
+
+    # a maintainer edits solution 02 and forgets to rebuild: that is still caught
+    sol = read(solutions / "02_other.ipynb")
+    sol.cells[0].source += "\n\nA new sentence."
+    nbformat.write(sol, solutions / "02_other.ipynb")
+    stale, work = repository_staleness(solutions, notebooks)
+    assert [line.split(":")[0] for line in stale] == ["02_other.ipynb"] and len(work) == 1
+
+    # and when the learner's notebook 01 is also behind its solution, the line says so
+    sol = read(solutions / "01_softmax.ipynb")
+    sol.cells[0].source += "\n\nAnother sentence."
+    nbformat.write(sol, solutions / "01_softmax.ipynb")
+    _, work = repository_staleness(solutions, notebooks)
+    assert "solutions/ also changed since it was built" in work[0][1]
+
+
+def _env_for_data(tmp_path, **extra):
+    env = {key: value for key, value in os.environ.items() if key not in ("TUTOR_NAMES", "TUTOR_OFFLINE")}
+    return {**env, "PYTHONPATH": str(ROOT), "TUTOR_CACHE_DIR": str(tmp_path / "cache"), **extra}
+
+
+def test_run_refuses_when_the_names_are_not_the_full_data_set(tmp_path):
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    nb = new_notebook(cells=[new_code_cell("open('ran', 'w').write('yes')")])
+    nbformat.write(nb, solutions / "01_x.ipynb")
+    args = [sys.executable, "-m", "tutor", "run", "--solutions", str(solutions), "--notebooks", str(tmp_path / "nb")]
+    offline = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                             env=_env_for_data(tmp_path, TUTOR_OFFLINE="1"))
+    assert offline.returncode == 2, offline.stdout + offline.stderr
+    assert "refusing to run" in offline.stderr and "offline fallback" in offline.stderr
+    assert "--partial-data" in offline.stderr and not (solutions / "ran").exists()
+
+    small = tmp_path / "few.txt"
+    small.write_text("laika\nmary\n")
+    forced = subprocess.run(args + ["--partial-data", "--timeout", "120"], capture_output=True, text=True,
+                            timeout=300, env=_env_for_data(tmp_path, TUTOR_NAMES=str(small)))
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "WARNING: --partial-data: the notebooks would train on 2 names" in forced.stderr
+    assert (solutions / "ran").read_text() == "yes"
+
+
+def test_run_with_the_full_data_set_is_not_refused():
+    from tutor import __main__ as cli_main
+    from conftest import ALLNAMES
+    if not ALLNAMES.is_file():
+        pytest.skip(f"{ALLNAMES} is absent")
+    old = os.environ.get("TUTOR_NAMES")
+    os.environ["TUTOR_NAMES"] = str(ALLNAMES)
+    try:
+        assert cli_main.data_source_problem() is None
+    finally:
+        if old is None:
+            os.environ.pop("TUTOR_NAMES")
+        else:
+            os.environ["TUTOR_NAMES"] = old

@@ -19,8 +19,9 @@ def ids(items):
 
 
 def test_catalog_matches_the_curriculum_numbering():
-    assert [n.number for n in NOTEBOOKS] == list(range(1, 9)) + [11]
-    assert len({e.name for e in EXERCISES}) == len(EXERCISES) == 28 + 5
+    numbers = [n.number for n in NOTEBOOKS]
+    assert numbers == sorted(set(numbers)) and numbers[:8] == list(range(1, 9))
+    assert len({e.name for e in EXERCISES}) == len(EXERCISES) >= 28
     for n in NOTEBOOKS:
         assert n.slug.startswith(f"{n.number:02d}_")
         assert catalog.exercises(n.number), f"notebook {n.number} has no exercises"
@@ -93,3 +94,20 @@ def test_readme_lists_every_notebook():
     for n in NOTEBOOKS:
         assert n.filename in readme
     assert "python -m pytest" in readme
+
+
+def _readme_time(minutes: int) -> str:
+    hours, rest = divmod(minutes, 60)
+    return f"{minutes} min" if not hours else f"{hours} h" + (f" {rest:02d}" if rest else "")
+
+
+@pytest.mark.parametrize("n", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_time_estimates_agree_in_the_catalog_the_readme_and_the_notebook(n):
+    """One estimate per notebook (tutor.catalog), shown in the README table and the title cell."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("|") and f"({'notebooks/' + n.filename})" in line)
+    assert row.rstrip(" |").rsplit("|", 1)[1].strip() == _readme_time(n.minutes), row
+    title = _solution(n).cells[0].source
+    said = re.search(r"\*\*Time:\*\* about (an hour|\d+ minutes)", title)
+    assert said, f"{n.filename}: the title cell must say **Time:** about N minutes"
+    assert said.group(1) in ((f"{n.minutes} minutes", "an hour") if n.minutes == 60 else (f"{n.minutes} minutes",))

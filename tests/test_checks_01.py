@@ -315,3 +315,46 @@ def test_encode_wants_python_ints():
 
 def test_decode_names_a_plain_strip():
     rejects(checks.decode, lambda ids: ref.decode(ids).strip(), "dropped the ' ' or '.'")
+
+
+# --- issue 7: blind spots and messages ------------------------------------------------------
+
+
+def test_encode_rejects_an_ord_based_encoder_on_start_and_padding_characters():
+    # right for every letter, so it passed while encode never saw ' ' or '.'
+    def encode_by_ord(name):
+        return [ord(ch) - ord("a") + 1 for ch in name.lower()]
+
+    rejects(checks.encode, encode_by_ord, "letters right but not ' ' or '.'", "ord(ch) - ord('a') + 1 only works")
+
+
+def test_encode_rejects_an_encoder_that_drops_spaces():
+    def encode_letters_only(name):
+        return [ref.alphabet.index(ch) for ch in name.lower() if ch.isalpha()]
+
+    rejects(checks.encode, encode_letters_only, "' '", "look every character up in `alphabet`")
+
+
+def test_decode_round_trip_keeps_start_and_padding_characters():
+    def decode_strips(ids):
+        return "".join(ref.itos[int(i)] for i in ids).strip()
+
+    rejects(checks.decode, decode_strips, "dropped the ' ' or '.'", "exact inverse")
+
+
+def test_softmax_without_any_keepdim_names_keepdim():
+    def softmax_no_keepdim(x, dim=-1):
+        e = torch.exp(x - x.max(dim=dim).values)
+        return e / e.sum(dim=dim)
+
+    rejects(checks.softmax, softmax_no_keepdim, "wrong values", "keepdim=True")
+
+
+def test_one_hot_that_only_works_on_1d_input_names_the_cause():
+    def one_hot_1d(ids, num_classes):  # flattens any batch down to its first axis
+        first = ids.reshape(ids.shape[0], -1)[:, 0]
+        out = torch.zeros(ids.shape[0], num_classes)
+        out[torch.arange(ids.shape[0]), first] = 1
+        return out
+
+    rejects(checks.one_hot, one_hot_1d, "wrong shape", "only works on 1-D input", "torch.zeros(*ids.shape")

@@ -171,3 +171,13 @@ def test_head_rejects():
 @pytest.mark.parametrize("name", ["scaled_dot_product_attention", "AttentionHead"])
 def test_catalog_knows_the_check(name):
     assert getattr(checks, name).exercise.notebook == 2
+
+
+def test_sdpa_softmax_over_dim_1_is_named():
+    # right without batch axes (dim=1 is the last axis of [Tq, Tk]), wrong with them
+    def sdpa_dim1(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(scores, dim=1) @ v
+
+    result = rejects(checks.scaled_dot_product_attention, sdpa_dim1, "softmax over dim=1", "use dim=-1")
+    assert "batch [2, 3]" in str(result)  # the first case with batch axes shows it

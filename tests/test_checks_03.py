@@ -353,3 +353,11 @@ def test_checks_leave_the_learners_rng_alone():
     checks.padding_mask(ref.padding_mask)
     checks.causal_mask(ref.causal_mask)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_causal_mask_on_the_wrong_device_explains_the_meta_device():
+    def mask_ignores_device(T, device=None):
+        return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+    rejects(checks.causal_mask, mask_ignores_device, "device=device",
+            "'meta' is PyTorch's device for tensors that have a shape and a dtype but no data")

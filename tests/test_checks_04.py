@@ -578,3 +578,54 @@ def test_a_returned_tuple_is_named():
             return super().forward(x, mask), None
 
     rejects(checks.MultiHeadAttention, ReturnsWeightsToo, "got tuple", "only the output tensor")
+
+
+def test_mha_rejects_scaling_by_sqrt_n_heads():
+    # MultiHeadAttention(16, 4) has n_heads = d_head = 4: this passed there, and (16, 1) made it look unscaled
+    import math
+
+    class MHA(ref.MultiHeadAttention):
+        def forward(self, x, mask=None):
+            B, T, C = x.shape
+            q, k, v = (ref.split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.n_heads)
+            allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if self.causal else None
+            if mask is not None:
+                allowed = mask.unsqueeze(-3) if allowed is None else allowed & mask.unsqueeze(-3)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            return self.out_proj(ref.merge_heads(torch.softmax(scores, dim=-1) @ v))
+
+    rejects(checks.MultiHeadAttention, MHA, "scaled by sqrt(n_heads)", "sqrt(d_head)")
+
+
+def test_mha_with_a_fixed_dropout_rate_names_it():
+    class MHA(ref.MultiHeadAttention):
+        def __init__(self, d_model, n_heads, causal=True, dropout=0.0):
+            super().__init__(d_model, n_heads, causal, dropout=0.1)
+
+    rejects(checks.MultiHeadAttention, MHA, "right in eval mode but not in train mode", "not a fixed rate")
+
+
+# --- issue 13: shape messages in tutor.shapes' words, with a likely cause --------------------------
+
+
+def test_split_heads_without_a_head_axis_says_where_the_heads_went():
+    rejects(checks.split_heads, lambda x, n_heads: x, "wrong shape", "axis 'H' (size 2) looks merged into axis 'd_head'",
+            ".unflatten(2, (2, 4)).transpose(1, 2)")
+
+
+def test_split_heads_that_drops_the_batch_axis_is_named():
+    def split_first_only(x, n_heads):
+        B, T, C = x.shape
+        return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)[0]
+
+    rejects(checks.split_heads, split_first_only, "wrong shape", "the first axis 'B' looks missing")
+
+
+def test_mha_returning_unmerged_heads_is_named():
+    class MHA(ref.MultiHeadAttention):
+        def forward(self, x, mask=None):
+            return ref.split_heads(super().forward(x, mask), self.n_heads)
+
+    rejects(checks.MultiHeadAttention, MHA, "wrong shape", "looks split off axis 3", ".transpose(1, 2).flatten(2, 3)")

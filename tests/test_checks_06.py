@@ -627,3 +627,54 @@ def test_block_accepts_torch_layer_norm_and_own_parts():
 
     passes(checks.TransformerBlock, Block)
 
+
+
+# --- issue 7: blind spots (an argument that a wrong derivation also produces) ------------------
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0, attn_heads=None, attn_dropout=None):
+        super().__init__()
+        self.ln1 = ref.LayerNorm(d_model)
+        self.attn = ref.MultiHeadAttention(d_model, attn_heads(d_model, n_heads) if attn_heads else n_heads,
+                                           dropout=dropout if attn_dropout is None else attn_dropout)
+        self.ln2 = ref.LayerNorm(d_model)
+        self.mlp = ref.MLP(d_model, dropout=dropout)
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.ln1(x), mask)
+        return x + self.mlp(self.ln2(x))
+
+
+def test_block_rejects_n_heads_and_d_head_swapped():
+    # TransformerBlock(16, 4) has d_head = 4 = n_heads, so this passed while that was the only shape
+    class Block(_Block):
+        def __init__(self, d_model, n_heads, dropout=0.0):
+            super().__init__(d_model, n_heads, dropout, attn_heads=lambda d, h: d // h)
+
+    rejects(checks.TransformerBlock, Block, "d_model // n_heads heads", "pass n_heads itself")
+
+
+def test_block_rejects_dropout_given_to_the_mlp_only():
+    class Block(_Block):
+        def __init__(self, d_model, n_heads, dropout=0.0):
+            super().__init__(d_model, n_heads, dropout, attn_dropout=0.0)
+
+    rejects(checks.TransformerBlock, Block, "`attn` has no dropout in train mode", "dropout=dropout")
+
+
+def test_mlp_rejects_a_fixed_dropout_rate():
+    # the only dropout the check used to try was 0.5, and every other case ran in eval mode
+    class MLP(ref.MLP):
+        def __init__(self, d_model, d_hidden=None, dropout=0.0):
+            super().__init__(d_model, d_hidden, dropout=0.5)
+
+    rejects(checks.MLP, MLP, "default dropout=0.0 nothing may be dropped", "not a fixed rate")
+
+
+def test_block_rejects_a_fixed_dropout_rate():
+    class Block(_Block):
+        def __init__(self, d_model, n_heads, dropout=0.0):
+            super().__init__(d_model, n_heads, 0.5)
+
+    rejects(checks.TransformerBlock, Block, "default dropout=0.0 nothing may be dropped", "not a fixed rate")

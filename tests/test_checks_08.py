@@ -4,6 +4,7 @@ implementations, naming the mistake."""
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -431,7 +432,84 @@ def test_train_step_rejects_a_hard_coded_device():
         x, y = x.to("cuda:7"), y.to("cuda:7")
         return learner_train_step(model, (x, y), optimizer, ignore_index, clip)
 
+    # The error depends on the torch build (a CPU build: "Torch not compiled with CUDA enabled"; a CUDA
+    # build without a GPU: "Found no NVIDIA driver ..."); the hint must come with either.
     rejects(checks.train_step, wrong, "raised an exception", "next(model.parameters()).device")
+
+
+@pytest.mark.parametrize("message", [
+    "Torch not compiled with CUDA enabled",  # a CPU build of torch
+    "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver "
+    "from http://www.nvidia.com/Download/index.aspx",  # a CUDA build on a machine without a GPU
+    "No CUDA GPUs are available",
+    "CUDA error: invalid device ordinal",
+    "No HIP GPUs are available",  # ROCm
+    "PyTorch is not linked with support for mps devices",  # asking for MPS on Linux
+    "The MPS backend is supported on MacOS 12.3+.",
+    "Torch not compiled with XPU enabled",
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",
+])
+def test_train_step_device_hint_recognises_every_build(message):
+    from tutor.checks.nb08_training import is_device_error
+
+    assert is_device_error(RuntimeError(message))
+
+    def wrong(model, batch, optimizer, ignore_index, clip=1.0):
+        raise RuntimeError(message)  # what x.to("cuda") raises on this build
+
+    rejects(checks.train_step, wrong, "raised an exception", "next(model.parameters()).device")
+
+
+def test_device_hint_is_not_given_for_other_errors():
+    from tutor.checks.nb08_training import is_device_error
+
+    assert not is_device_error(ValueError("too many values to unpack (expected 2)"))
+    assert not is_device_error(RuntimeError("mat1 and mat2 shapes cannot be multiplied (15x5 and 7x5)"))
+
+
+def test_train_step_rejects_zero_grad_between_backward_and_step():
+    def wrong(model, batch, optimizer, ignore_index, clip=1.0):
+        x, y = batch
+        loss = ref.lm_loss(model(x), y, ignore_index)
+        loss.backward()
+        optimizer.zero_grad()  # too late: this clears the gradients the step needs
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        return loss.item()
+
+    result = rejects(checks.train_step, wrong, "gradients were cleared before the step", "before loss.backward()")
+    assert "in that order" not in str(result)  # not the step-before-backward message
+
+
+def test_train_step_messages_say_the_parameter_belongs_to_the_checks_test_model():
+    def wrong(model, batch, optimizer, ignore_index, clip=1.0):
+        x, y = batch
+        optimizer.zero_grad()
+        loss = ref.lm_loss(model(x), y, ignore_index)
+        loss.backward()
+        for p in model.parameters():
+            p.grad *= 0.5
+        optimizer.step()
+        return loss.item()
+
+    rejects(checks.train_step, wrong, "`emb.weight` of the check's small test model", "not a model of yours")
+
+
+def test_train_step_rejects_ignoring_the_last_class_instead_of_ignore_index():
+    # right whenever ignore_index == V - 1, as in every case the check used to run
+    def wrong(model, batch, optimizer, ignore_index, clip=1.0):
+        x, y = batch
+        optimizer.zero_grad()
+        logits = model(x)
+        loss = ref.lm_loss(logits, y, logits.shape[-1] - 1)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        return loss.item()
+
+    rejects(checks.train_step, wrong, "ignore the last class", "instead of the ignore_index argument")
 
 
 # ============================================================================================
@@ -633,3 +711,22 @@ def test_train_step_names_a_wrong_clip_default():
         return ref.train_step(model, batch, optimizer, ignore_index, clip)
 
     rejects(checks.train_step, wrong, "default of `clip` is None", "clip=1.0")
+
+
+def test_evaluate_rejects_ignoring_the_last_class_instead_of_ignore_index():
+    @torch.no_grad()
+    def wrong(model, loader, ignore_index, max_batches=None):
+        was_training = model.training
+        model.eval()
+        total, count = 0.0, 0
+        for i, (x, y) in enumerate(loader):
+            if max_batches is not None and i >= max_batches:
+                break
+            logits = model(x)
+            V = logits.shape[-1]
+            total += F.cross_entropy(logits.reshape(-1, V), y.reshape(-1), ignore_index=V - 1, reduction="sum").item()
+            count += (y != V - 1).sum().item()
+        model.train(was_training)
+        return total / count
+
+    rejects(checks.evaluate, wrong, "ignore the last class", "instead of the ignore_index argument")

@@ -112,7 +112,7 @@ def test_empty_file_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="contains no names"):
         data.load_names(f)
     g = write(tmp_path / "digits.txt", "123\n--\n")
-    with pytest.raises(ValueError, match="contains no names"):
+    with pytest.raises(ValueError, match="does not look like a names file: only 0 of its 2 lines"):
         data.load_names(g)
 
 
@@ -136,7 +136,7 @@ def test_download_lands_in_cache_then_cache_is_used(monkeypatch, tmp_path, serve
     assert len(fake.calls) == 1  # not downloaded again
     assert second.source == "cache" and second.names == first.names
     assert len(second.names) == expected_count(served)
-    assert capsys.readouterr().out == f"Names: {len(second.names):,} from the cache (allnames.txt, checksum verified)\n"
+    assert capsys.readouterr().out == f"Names: {len(second.names):,} from the cache ({tmp_path / 'cache' / 'allnames.txt'}, checksum verified)\n"
 
 
 def test_second_url_is_tried(monkeypatch, served):
@@ -203,11 +203,14 @@ def test_failed_download_falls_back(monkeypatch, tmp_path, capsys, error):
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert out.startswith(f"Names: {len(loaded.names):,} from the offline fallback")
-    assert "could not download allnames.txt" in out
+    assert "offline (could not download allnames.txt" in out
     if isinstance(error, TimeoutError) or isinstance(error.reason, TimeoutError):
         assert "timed out" in out
     else:
-        assert "name resolution" in out
+        assert "no internet connection" in out and "gaierror" not in out and "Errno" not in out
+    # the calm line says how to get the full list, and where it is cached
+    assert f"for all {data.NUM_NAMES:,} names" in out and str(tmp_path / "cache") in out
+    assert "TUTOR_NAMES=" in out
     assert not (tmp_path / "cache" / data.FILENAME).exists()
 
 
@@ -350,3 +353,71 @@ def test_make_loader_is_seeded_and_covers_everything():
     assert len(dropped) == 2
     ordered = next(iter(data.make_loader(names, batch_size=7, shuffle=False)))[0]
     assert data.decode(ordered[0]).strip() == "ann"
+
+
+# -----------------------------------------------------------------------------
+# bad input, pinned download, the full data set
+
+@pytest.mark.parametrize("payload", [
+    bytes(range(256)) * 8,  # every byte value
+    __import__("random").Random(0).randbytes(4096),  # random bytes
+    b"PK\x03\x04" + b"\x00" * 40 + b"allnames.txt" + b"\x00\x01\x02" * 50,  # a zip header
+])
+def test_a_binary_file_is_rejected_in_one_line(tmp_path, payload):
+    f = tmp_path / "names.bin"
+    f.write_bytes(payload)
+    with pytest.raises(data.NamesFileError, match="is not a text file") as info:
+        data.load_names(f)
+    assert "\n" not in str(info.value) and str(f) in str(info.value)
+    assert isinstance(info.value, ValueError)  # `except ValueError` still catches it
+
+
+def test_a_text_file_that_is_mostly_not_names_is_rejected(tmp_path):
+    code = "\n".join(f"def function_{i}(x, y):\n    return x + y * {i}  # adds" for i in range(30))
+    f = write(tmp_path / "script.py", code)
+    with pytest.raises(data.NamesFileError, match=r"does not look like a names file: only \d+ of its 60 lines"):
+        data.load_names(f)
+
+
+def test_a_names_file_with_some_noise_is_accepted(tmp_path, capsys):
+    f = write(tmp_path / "names.txt", "Laika\nAnne-Marie\nMary Ann\nzoë\nname,count\n42\nR2d2\n")
+    assert data.load_names(f) == ["laika", "annemarie", "maryann", "zo", "namecount", "rd"]
+
+
+def test_the_error_renders_as_one_line_in_ipython(tmp_path):
+    f = tmp_path / "random.bin"
+    f.write_bytes(bytes(range(256)))
+    with pytest.raises(data.NamesFileError) as info:
+        data.load_names(f)
+    rendered = info.value._render_traceback_()  # what IPython and Jupyter show instead of a traceback
+    assert len(rendered) == 1 and rendered[0].startswith("NamesFileError: The names file")
+
+
+def test_missing_file_error_is_one_line_and_still_a_file_not_found_error(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        data.load_names(tmp_path / "nope.txt")
+    assert isinstance(info.value, data.NamesFileNotFoundError)
+    assert info.value._render_traceback_() == [f"NamesFileNotFoundError: {info.value}"]
+
+
+def test_the_first_url_is_pinned_to_the_upstream_commit_and_the_branch_is_a_second_candidate():
+    assert data.URLS[0] == ("https://raw.githubusercontent.com/hackerb9/ssa-baby-names/"
+                            "0b1a1316457d55447d1a1f7bfe57ee15e53cc2f0/allnames.txt")
+    assert any("/master/" in url for url in data.URLS[1:])
+
+
+def test_is_full_data_set(monkeypatch, tmp_path, served):
+    monkeypatch.setattr(data, "_download", FakeDownload(served))
+    assert data.is_full_data_set(data.load_names_with_source(verbose=False))  # download
+    assert data.is_full_data_set(data.load_names_with_source(verbose=False))  # cache
+    fallback = data.load_names_with_source(verbose=False, offline=True, path=None)
+    assert fallback.source == "cache"  # the cache is still used offline
+    (tmp_path / "cache" / data.FILENAME).unlink()
+    assert not data.is_full_data_set(data.load_names_with_source(verbose=False, offline=True))
+    small = write(tmp_path / "few.txt", "laika\nmary\n")
+    assert not data.is_full_data_set(data.load_names_with_source(small, verbose=False))
+
+
+@needs_seed_file
+def test_the_seed_file_given_as_a_path_counts_as_the_full_data_set():
+    assert data.is_full_data_set(data.load_names_with_source(ALLNAMES, verbose=False))

@@ -283,3 +283,48 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(tutor.shapes)
     assert result.attempted >= 10 and result.failed == 0
+
+
+# ----------------------------------------------------------------------------- explain (the checks' voice)
+
+from tutor.shapes import explain  # noqa: E402
+
+
+def test_explain_names_the_axis_and_a_transpose():
+    lines = explain((2, 5, 4, 8), (2, 4, 5, 8), "B H T d_head", var="out")
+    assert lines[0] == "expected shape (2, 4, 5, 8), got (2, 5, 4, 8): axis 1 (= -3) ('H') has size 5, expected 4."
+    assert lines[1] == "Hint: axes 1 ('H') and 2 ('T') look swapped; try out.transpose(1, 2)."
+
+
+def test_explain_a_missing_head_axis_merged_into_the_width():
+    lines = explain((2, 5, 32), (2, 4, 5, 8), "B H T d_head", var="out")
+    assert "3 dimensions, expected 4" in lines[0]
+    assert "axis 'H' (size 4) looks merged into axis 'd_head'" in lines[1]
+    assert "out.unflatten(2, (4, 8)).transpose(1, 2)" in lines[1]
+    assert torch.zeros(2, 5, 32).unflatten(2, (4, 8)).transpose(1, 2).shape == (2, 4, 5, 8)
+
+
+def test_explain_heads_not_merged_back():
+    lines = explain((2, 4, 6, 4), (2, 6, 16), "B T C", var="out")
+    assert "axis 1 (size 4) looks split off axis 3 (size 4) and not merged back" in lines[1]
+    assert "out.transpose(1, 2).flatten(2, 3)" in lines[1]
+    assert torch.zeros(2, 4, 6, 4).transpose(1, 2).flatten(2, 3).shape == (2, 6, 16)
+
+
+def test_explain_a_missing_batch_axis():
+    lines = explain((5, 16), (2, 5, 16), "B T C", output=True)
+    assert "the first axis 'B' (size 2) looks missing" in lines[1]
+    assert "Keep every leading axis of the input" in lines[1]
+    assert "Is this one example" in explain((5, 16), (2, 5, 16), "B T C")[1]  # for your own code
+
+
+def test_explain_a_missing_size_1_axis_and_an_extra_one():
+    assert "add it with x.unsqueeze(1)" in explain((2, 5, 8), (2, 1, 5, 8))[1]
+    assert "drop it with x.squeeze(1)" in explain((2, 1, 5, 8), (2, 5, 8))[1]
+
+
+def test_explain_without_names_numbers_the_axes():
+    lines = explain((2, 5, 4, 8), (2, 4, 5, 8))
+    assert lines == ["expected shape (2, 4, 5, 8), got (2, 5, 4, 8): axis 1 (= -3) has size 5, expected 4.",
+                     "Hint: axes 1 and 2 look swapped; try x.transpose(1, 2)."]
+    assert explain((2, 4), (2, 4)) == []

@@ -15,5 +15,8 @@ __version__ = "0.1.0"
 REPO_URL = "https://github.com/transformers-from-scratch/course"
 
 from tutor.device import get_device, seed_everything  # noqa: E402
+from tutor.errors import TutorError, install_excepthook as _install_excepthook  # noqa: E402
 
-__all__ = ["REPO_URL", "get_device", "seed_everything", "__version__"]
+_install_excepthook()  # a TutorError (bad names file, bad TUTOR_DEVICE) prints one line in a terminal
+
+__all__ = ["REPO_URL", "TutorError", "get_device", "seed_everything", "__version__"]

@@ -1,7 +1,7 @@
 """``python -m tutor``: build the learner notebooks, run the solutions, list the catalog.
 
     python -m tutor build [NB ...] [--check] [--force] [--solutions DIR] [--notebooks DIR]
-    python -m tutor run [NB ...] [--force] [--timeout S] [--solutions DIR] [--notebooks DIR]
+    python -m tutor run [NB ...] [--force] [--partial-data] [--timeout S] [--solutions DIR] [--notebooks DIR]
     python -m tutor catalog
 
 NB is a notebook number (``1`` or ``01``), a name (``01_dot_product_attention``) or a file name.
@@ -51,6 +51,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds per cell (default 600)")
     p.add_argument("--kernel", default="python3", help="kernel name (default python3)")
     p.add_argument("--force", action="store_true", help="as for build: back up and overwrite edited learner notebooks")
+    p.add_argument("--partial-data", action="store_true",
+                   help="run even when the names are not the full data set (e.g. the offline fallback); "
+                        "the stored outputs then show fewer names and worse losses")
 
     commands.add_parser("catalog", help="list the notebooks and their exercises",
                         description="Print the notebooks and exercises of tutor.catalog as a table.")
@@ -76,8 +79,37 @@ def cmd_build(args) -> int:
     return report.exit_code
 
 
+def data_source_problem() -> str | None:
+    """Why the notebooks would not run on the full names data set, or None when they would.
+
+    ``tutor run`` stores outputs in the solution notebooks, which everyone reads: outputs from
+    the offline fallback (about 5,000 names) or a small file would replace the real figures.
+    """
+    from tutor import data
+    from tutor.errors import TutorError
+
+    try:
+        loaded = data.load_names_with_source(verbose=False)
+    except TutorError as error:
+        return error.one_line()
+    if data.is_full_data_set(loaded):
+        return None
+    where = loaded.notice.split(" ", 2)[2].split(" — ")[0]  # "from the offline fallback (...)"
+    return (f"the notebooks would train on {len(loaded.names):,} names {where}, not the full data set "
+            f"of {data.NUM_NAMES:,} names, and their stored outputs would change")
+
+
 def cmd_run(args) -> int:
     solutions, notebooks = _dirs(args)
+    problem = data_source_problem()
+    if problem and not args.partial_data:
+        from tutor.data import full_list_hint
+
+        print(f"error: refusing to run: {problem}.\n"
+              f"  To fix it: {full_list_hint()}; or pass --partial-data to run anyway.", file=sys.stderr)
+        return 2
+    if problem:
+        print(f"WARNING: --partial-data: {problem}. Do not commit these outputs.", file=sys.stderr)
     return _build.run_solutions(solutions, notebooks, only=args.notebooks_only, force=args.force,
                                 timeout=args.timeout, kernel_name=args.kernel)
 
@@ -111,8 +143,8 @@ def main(argv=None) -> int:
     if args.command == "catalog":
         print(catalog_table())
         return 0
-    parser.print_help()
-    return 0
+    parser.print_help(sys.stderr)  # no command: usage, and a non-zero exit like any usage error
+    return 2
 
 
 if __name__ == "__main__":

@@ -6,19 +6,15 @@ characters, once on BPE tokens learned from the training text. Both get the same
 training FLOPs (``flops_per_token`` of notebook 10 times the tokens seen), and both are measured in
 bits per byte (``bits_per_byte``), the one unit that is fair across tokenizers.
 
-INTEGRATION NOTE: the three functions in the first section stand in for what notebook 10 provides
-(``tutor.data``'s Shakespeare loader, ``tutor.reference.get_batch`` and ``flops_per_token``). Each
-uses notebook 10's version when it is there and falls back to a minimal copy otherwise; once
-notebook 10 is on main, the fallbacks can go.
+Notebook 10 provides the text (``tutor.data.load_shakespeare``), the batches
+(``tutor.reference.get_batch``), the FLOPs per token (``tutor.reference.flops_per_token``) and the training
+loop (``tutor.trainer.fit``); this module only adds the two tokenizations and the bits-per-byte curves.
 """
 
 from __future__ import annotations
 
-import math
-import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -27,47 +23,14 @@ from tutor.reference.tokenizer import BPETokenizer, bits_per_byte, train_bpe
 
 # --- what notebook 10 provides ----------------------------------------------------------------------
 
-SHARED_COPY = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+from tutor.reference.scaling import flops_per_token, get_batch  # noqa: E402,F401  (re-exported)
 
 
 def load_text(verbose: bool = True) -> str:
-    """Tiny Shakespeare: notebook 10's loader (``tutor.data.load_shakespeare``) when there is one,
-    else ``TUTOR_SHAKESPEARE`` or the copy beside the repository, else a clear error."""
-    try:
-        from tutor.data import load_shakespeare
-    except ImportError:
-        load_shakespeare = None
-    if load_shakespeare is not None:
-        return load_shakespeare(verbose=verbose)
-    path = Path(os.environ.get("TUTOR_SHAKESPEARE", SHARED_COPY))
-    if not path.exists():
-        raise FileNotFoundError(f"tiny Shakespeare is not at {path}: set TUTOR_SHAKESPEARE to a copy of "
-                                "karpathy/char-rnn's data/tinyshakespeare/input.txt")
-    text = path.read_text(encoding="utf-8")
-    if verbose:
-        print(f"tiny Shakespeare: {len(text):,} characters from {path.name}")
-    return text
+    """Tiny Shakespeare, from notebook 10's loader (which says where it came from)."""
+    from tutor.data import load_shakespeare
 
-
-def get_batch(data, block_size, batch_size, generator=None):
-    """Random windows of ``data`` and their shift by one (notebook 10's ``get_batch``)."""
-    try:
-        from tutor.reference import get_batch as notebook10
-    except ImportError:
-        offsets = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-        x = torch.stack([data[i:i + block_size] for i in offsets.tolist()])
-        y = torch.stack([data[i + 1:i + 1 + block_size] for i in offsets.tolist()])
-        return x, y
-    return notebook10(data, block_size, batch_size, generator=generator)
-
-
-def flops_per_token(n_params, n_layers, d_model, block_size) -> int:
-    """Training FLOPs per token (notebook 10's ``flops_per_token``)."""
-    try:
-        from tutor.reference import flops_per_token as notebook10
-    except ImportError:
-        return 6 * n_params + 12 * n_layers * d_model * block_size
-    return notebook10(n_params, n_layers, d_model, block_size)
+    return load_shakespeare(verbose=verbose)
 
 
 # --- the two ways of reading the text -------------------------------------------------------------

@@ -38,7 +38,7 @@ NOTEBOOKS = [
     Notebook(3, "03_masking", "Masking",
              "causal and padding masks, masked attention", 45),
     Notebook(4, "04_multi_head_attention", "Multi-head attention",
-             "splitting and merging heads, multi-head attention", 60),
+             "splitting and merging heads, multi-head attention", 90),  # a learner's walk-through took 75-90
     Notebook(5, "05_positional_encodings", "Positional encodings",
              "sinusoidal and learned position embeddings, rotary embeddings (RoPE)", 60),
     Notebook(6, "06_transformer_block", "The transformer block",
@@ -47,6 +47,8 @@ NOTEBOOKS = [
              "a GPT with GPT-2 initialisation, and generation with temperature and top-k", 60),
     Notebook(8, "08_training", "Training on a GPU",
              "the loss, a learning-rate schedule, the training loop, evaluation; sampling new names", 90),
+    Notebook(10, "10_scaling_up", "Scaling up: Shakespeare, mixed precision and many GPUs",
+             "random text windows, FLOPs and MFU, exact resume, data parallelism with torch.distributed", 90),
     Notebook(11, "11_tokenization", "Tokenization: byte-pair encoding",
              "a byte-level BPE trainer and tokenizer that match tiktoken; characters vs BPE tokens in bits per byte", 90),
 ]
@@ -96,6 +98,10 @@ EXERCISES = [
     _ex("lr_schedule", 8, "lr_schedule(step, max_lr, warmup_steps, total_steps, min_lr=0.0) -> float"),
     _ex("train_step", 8, "train_step(model, batch, optimizer, ignore_index, clip=1.0) -> float"),
     _ex("evaluate", 8, "evaluate(model, loader, ignore_index, max_batches=None) -> float"),
+    # 10
+    _ex("get_batch", 10, "get_batch(data: LongTensor[N], block_size, batch_size, generator=None) -> (x, y)"),
+    _ex("flops_per_token", 10, "flops_per_token(n_params, n_layers, d_model, block_size) -> int"),
+    _ex("average_gradients", 10, "average_gradients(model): every .grad becomes its mean over all processes"),
     # 11
     _ex("count_pairs", 11, "count_pairs(ids: list[int], counts=None) -> dict[(int, int), int]"),
     _ex("merge_pair", 11, "merge_pair(ids: list[int], pair: (int, int), new_id: int) -> list[int]"),

@@ -9,7 +9,8 @@ Where the names come from, in this order:
    ``TUTOR_CACHE_DIR`` moves the cache.
 3. A download of ``allnames.txt`` into the cache (5 s timeout, checksum verified).
    ``TUTOR_OFFLINE=1`` skips it.
-4. The offline fallback: the ~5,000 US census first names shipped inside the ``names`` package.
+4. The offline fallback: the ~5,000 US census first names shipped inside the ``names`` package
+   (installed with the course). Its notice says how to get the full list.
 
 Every load prints one line saying which source was used and how many names it gave
 (``verbose=False`` silences it). Names are lowercased and anything outside a-z is dropped.
@@ -24,6 +25,7 @@ import hashlib
 import importlib.resources
 import os
 import random
+import socket
 import tempfile
 import urllib.error
 import urllib.request
@@ -34,6 +36,9 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
+from tutor.errors import (
+    NamesFileError, NamesFileIsADirectoryError, NamesFileNotFoundError, NoNamesError,
+)
 from tutor.reference.tokens import (  # noqa: F401  (re-exported)
     PAD_X, PAD_Y, alphabet, decode, encode, itos, stoi, vocab_size,
 )
@@ -41,7 +46,10 @@ from tutor.reference.tokens import (  # noqa: F401  (re-exported)
 __all__ = [
     "alphabet", "stoi", "itos", "vocab_size", "PAD_X", "PAD_Y", "encode", "decode",
     "LoadedNames", "load_names", "load_names_with_source", "clean_names", "cache_dir",
+    "check_names_text", "full_list_hint", "is_full_data_set",
     "split_names", "max_name_length", "NamesDataset", "collate", "make_loader",
+    "LoadedText", "load_shakespeare", "load_shakespeare_with_source", "SHAKESPEARE_CHARS", "CharVocab",
+    "split_text", "ShakespeareData", "shakespeare_data",
 ]
 
 # -----------------------------------------------------------------------------
@@ -50,7 +58,11 @@ __all__ = [
 FILENAME = "allnames.txt"
 # Candidate download URLs, tried in order. The checksum below pins the content, so a changed
 # upstream file is rejected (and we fall back) rather than silently used.
+# The first is pinned to the upstream commit whose allnames.txt has this checksum; the branch
+# URLs are second candidates (used only while their file still has the same checksum).
+UPSTREAM_COMMIT = "0b1a1316457d55447d1a1f7bfe57ee15e53cc2f0"
 URLS = (
+    f"https://raw.githubusercontent.com/hackerb9/ssa-baby-names/{UPSTREAM_COMMIT}/allnames.txt",
     "https://raw.githubusercontent.com/hackerb9/ssa-baby-names/master/allnames.txt",
     "https://github.com/hackerb9/ssa-baby-names/raw/master/allnames.txt",
 )
@@ -118,6 +130,10 @@ def _describe(error: BaseException) -> str:
         error = error.reason  # e.g. a timeout or a DNS failure inside urlopen
     if isinstance(error, TimeoutError):
         return f"timed out after {TIMEOUT:g} s"
+    if isinstance(error, socket.gaierror):  # DNS: almost always "no internet here"
+        return "no internet connection (the name lookup failed)"
+    if isinstance(error, (ConnectionError, OSError)) and not str(error):
+        return "no network connection"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
@@ -173,14 +189,46 @@ def _lines(data: bytes) -> list[str]:
 # -----------------------------------------------------------------------------
 # the sources
 
+MAX_NAME_LETTERS = 40  # a longer "name" is not a name (the longest in allnames.txt has 15 letters)
+
+
+def _is_name_like(line: str) -> bool:
+    """A line that reads as a name: one to three words, at least 2/3 letters, at most 40 letters."""
+    words = line.split()
+    text = "".join(words)
+    letters = sum(ch.isalpha() for ch in text)
+    return 1 <= len(words) <= 3 and 0 < letters <= MAX_NAME_LETTERS and letters * 3 >= 2 * len(text)
+
+
+def check_names_text(data: bytes, where: str) -> list[str]:
+    """The lines of a names file, or a one-line ``NamesFileError`` when it is not one.
+
+    Rejected: a file that is not text (NUL bytes, or more than 1% of it not UTF-8 or control
+    characters, as in a zip, an image or random bytes), and a text file in which fewer than half
+    of the non-blank lines read as a name (one to three words, at least 2/3 letters, at most 40 letters).
+    """
+    what = f"expected a text file with one name per line, such as {FILENAME}"
+    text = data.decode("utf-8-sig", errors="replace")
+    bad = text.count("\ufffd") + sum(ch < " " and ch not in "\t\n\r\f\v" for ch in text)
+    if b"\0" in data or bad > max(1, len(text) // 100):
+        raise NamesFileError(f"{where} is not a text file ({what})")
+    lines = text.splitlines()
+    filled = [line for line in lines if line.strip()]
+    names = sum(_is_name_like(line) for line in filled)
+    if filled and names * 2 < len(filled):
+        raise NamesFileError(f"{where} does not look like a names file: only {names:,} of its "
+                             f"{len(filled):,} lines read as a name ({what})")
+    return lines
+
+
 def _read_user_file(path, origin: str) -> tuple[list[str], str]:
-    """Lines of a names file the user pointed at, with clear errors."""
+    """Lines of a names file the user pointed at, with clear one-line errors."""
     p = Path(os.fspath(path)).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"Names file not found: {p} ({origin})")
+        raise NamesFileNotFoundError(f"Names file not found: {p} ({origin})")
     if p.is_dir():
-        raise IsADirectoryError(f"Names file is a directory, not a text file: {p} ({origin})")
-    return _lines(p.read_bytes()), str(p)
+        raise NamesFileIsADirectoryError(f"Names file is a directory, not a text file: {p} ({origin})")
+    return check_names_text(p.read_bytes(), f"The names file {p} ({origin})"), str(p)
 
 
 def _read_cache(path: Path) -> tuple[list[str] | None, str | None]:
@@ -233,7 +281,7 @@ def _fallback_lines() -> tuple[list[str], str]:
     try:
         folder = importlib.resources.files(FALLBACK_PACKAGE)
     except ModuleNotFoundError:
-        raise RuntimeError(
+        raise NoNamesError(
             f"No names available: {FILENAME} is neither cached nor downloadable, and the offline "
             f"fallback needs the '{FALLBACK_PACKAGE}' package (pip install names). Or point "
             f"{ENV_NAMES} at a text file with one name per line."
@@ -261,6 +309,26 @@ def _say(line: str) -> None:
         print(line.encode("ascii", "replace").decode("ascii"))
 
 
+def full_list_hint() -> str:
+    """How to get the full data set, in one clause (part of the offline notice)."""
+    return (f"for all {NUM_NAMES:,} names, run once with internet (they are cached in {cache_dir()}) "
+            f"or set {ENV_NAMES}=/path/to/{FILENAME}")
+
+
+def is_full_data_set(loaded: "LoadedNames") -> bool:
+    """True when ``loaded`` holds the full checksummed data set (cache, download or an identical file)."""
+    if loaded.source in ("cache", "download"):
+        return True
+    return loaded.source == "file" and len(loaded.names) == NUM_NAMES and _file_matches(loaded.location)
+
+
+def _file_matches(location: str) -> bool:
+    try:
+        return _sha256(Path(location).read_bytes()) == SHA256
+    except OSError:
+        return False
+
+
 def load_names_with_source(path=None, *, verbose: bool = True,
                            offline: bool | None = None) -> LoadedNames:
     """Load and clean the names, and say where they came from. See the module docstring.
@@ -285,7 +353,7 @@ def load_names_with_source(path=None, *, verbose: bool = True,
         if problem:
             remarks.append(problem)
         if lines is not None:
-            source, location, where = "cache", str(cached), f"from the cache ({FILENAME}, checksum verified)"
+            source, location, where = "cache", str(cached), f"from the cache ({cached}, checksum verified)"
         elif not offline:
             lines, url, note = _try_download(cached)
             if lines is not None:
@@ -294,18 +362,19 @@ def load_names_with_source(path=None, *, verbose: bool = True,
                 if note:
                     remarks.append(note)
             else:
-                remarks.append(f"could not download {FILENAME}: {note}")
+                remarks.append(f"offline (could not download {FILENAME}: {note})")
         else:
-            remarks.append("offline: no download tried")
+            remarks.append(f"offline ({ENV_OFFLINE}=1: no download tried)")
         if lines is None:
             lines, location = _fallback_lines()
             source, where = "fallback", f"from {FALLBACK_DESCRIPTION}"
+            remarks.append(full_list_hint())
 
     names, dropped_chars, changed, dropped_names = clean_names(lines)
     if not names:
         what = "no names" if dropped_names == 0 else "no names made of the letters a–z"
-        raise ValueError(f"{location} contains {what} "
-                         "(expected a text file with one name per line)")
+        raise NamesFileError(f"{location} contains {what} "
+                             "(expected a text file with one name per line)")
     if dropped_chars:
         remarks.append(f"dropped {_count(dropped_chars, 'character')} outside a–z "
                        f"from {_count(changed, 'name')}")
@@ -399,3 +468,232 @@ def make_loader(names, batch_size: int = 64, shuffle: bool = True, seed: int = 0
     generator = torch.Generator().manual_seed(seed)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                       generator=generator, drop_last=drop_last)
+
+
+# =============================================================================
+# Tiny Shakespeare (notebooks 10 and 11)
+#
+# Where the text comes from, in this order (the same ladder as the names):
+#
+# 1. ``load_shakespeare(path)`` or the environment variable ``TUTOR_SHAKESPEARE``: your own text
+#    file. A missing file is an error.
+# 2. The cached copy of tiny Shakespeare (1,115,394 characters, karpathy/char-rnn
+#    ``data/tinyshakespeare/input.txt``) in the cache directory, if its sha256 matches.
+# 3. A download into the cache (5 s timeout, checksum verified): first the file at a pinned commit
+#    of char-rnn, then the same path on the master branch. ``TUTOR_OFFLINE=1`` skips it.
+# 4. The offline fallback: no package on PyPI ships the text and installs cleanly on Python
+#    3.10-3.13, so the ~5,000 first names of the ``names`` package (already a dependency) stand in,
+#    one per line, as a text stream. A model learns to spell names instead of verse; the notice
+#    says so.
+#
+# Every load prints one line saying which source was used and how many characters it gave.
+
+SHAKESPEARE_FILENAME = "tinyshakespeare.txt"
+# commit d1d7aa34 of karpathy/char-rnn holds the file with exactly this content (1,115,394 characters)
+SHAKESPEARE_URLS = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/d1d7aa34fdb3626174bce1d753e6cc6845ce7087/"
+    "data/tinyshakespeare/input.txt",
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+)
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+SHAKESPEARE_LENGTH = 1_115_394  # characters (all ASCII, so also bytes)
+ENV_SHAKESPEARE = "TUTOR_SHAKESPEARE"  # path to your own text file
+SHAKESPEARE_FALLBACK_DESCRIPTION = ("the offline fallback: no Shakespeare here, so the first names of the "
+                                    "'names' package stand in, one per line")
+
+# The 65 characters of tiny Shakespeare, in sorted order: newline, space, punctuation, 3, A-Z, a-z.
+SHAKESPEARE_CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass
+class LoadedText:
+    """What ``load_shakespeare_with_source`` returns: the text and where it came from."""
+
+    text: str
+    source: str  # "file", "cache", "download" or "fallback"
+    location: str  # the file, URL or package directory the text was read from
+    notice: str  # the line that was printed (or would have been, with verbose=False)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def _read_verified(path: Path, sha256: str, what: str) -> tuple[bytes | None, str | None]:
+    """The cached bytes if they verify, else ``(None, problem or None)``; a bad cache is deleted."""
+    if not path.is_file():
+        return None, None
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return None, f"could not read the cached {what} ({e})"
+    if _sha256(data) == sha256:
+        return data, None
+    problem = f"the cached {path} failed its checksum (truncated or corrupted)"
+    try:
+        path.unlink()
+        problem += " and was deleted"
+    except OSError as e:
+        problem += f" and could not be deleted ({e})"
+    return None, problem
+
+
+def _download_verified(path: Path, urls, sha256: str) -> tuple[bytes | None, str, str]:
+    """Try ``urls`` in order; verify, cache. Returns ``(bytes or None, url, reason-or-note)``."""
+    reasons = []
+    for url in urls:
+        try:
+            data = _download(url, TIMEOUT)
+        except Exception as e:  # any failure means "try the next URL", with the reason
+            reasons.append(_describe(e))
+            continue
+        if _sha256(data) != sha256:
+            reasons.append(f"checksum mismatch for {url} ({len(data):,} bytes)")
+            continue
+        note = ""
+        try:
+            _write_atomically(path, data)
+        except OSError as e:
+            note = f"could not write the cache {path} ({e})"
+        return data, url, note
+    return None, "", "; ".join(dict.fromkeys(reasons))
+
+
+def load_shakespeare_with_source(path=None, *, verbose: bool = True, offline: bool | None = None) -> LoadedText:
+    """Load tiny Shakespeare (or your own text) and say where it came from. See the comment above.
+
+    ``path`` (or ``$TUTOR_SHAKESPEARE``) is your own text file. ``offline=None`` reads
+    ``$TUTOR_OFFLINE``; ``offline=True`` never downloads (the cache is still used).
+    """
+    if offline is None:
+        offline = _is_truthy(os.environ.get(ENV_OFFLINE))
+    remarks = []
+    env_path = os.environ.get(ENV_SHAKESPEARE)
+    if path is not None or env_path:
+        origin = "given as path=" if path is not None else f"from the environment variable {ENV_SHAKESPEARE}"
+        p = Path(os.fspath(path if path is not None else env_path)).expanduser()
+        if not p.exists():
+            raise FileNotFoundError(f"Text file not found: {p} ({origin})")
+        if p.is_dir():
+            raise IsADirectoryError(f"Text file is a directory, not a text file: {p} ({origin})")
+        raw = p.read_bytes()
+        text, source, location = _text(raw), "file", str(p)
+        where = f"from {p.name}" + ("" if path is not None else f" ({ENV_SHAKESPEARE})")
+        if _sha256(raw) == SHAKESPEARE_SHA256:
+            where += ", checksum verified"
+    else:
+        cached = cache_dir() / SHAKESPEARE_FILENAME
+        raw, problem = _read_verified(cached, SHAKESPEARE_SHA256, SHAKESPEARE_FILENAME)
+        if problem:
+            remarks.append(problem)
+        text = None
+        if raw is not None:
+            text, source, location = _text(raw), "cache", str(cached)
+            where = f"from the cache ({SHAKESPEARE_FILENAME}, checksum verified)"
+        elif not offline:
+            raw, url, note = _download_verified(cached, SHAKESPEARE_URLS, SHAKESPEARE_SHA256)
+            if raw is not None:
+                text, source, location = _text(raw), "download", url
+                where = "downloaded from karpathy/char-rnn (checksum verified) into the cache"
+                if note:
+                    remarks.append(note)
+            else:
+                remarks.append(f"could not download tiny Shakespeare: {note}")
+        else:
+            remarks.append("offline: no download tried")
+        if text is None:
+            names, location = _fallback_lines()
+            text = "\n".join(name.lower() for name in names) + "\n"
+            source, where = "fallback", f"from {SHAKESPEARE_FALLBACK_DESCRIPTION}"
+    if not text:
+        raise ValueError(f"{location} is empty (expected a text file)")
+    notice = f"Text: {len(text):,} characters {where}"
+    if remarks:
+        notice += " — " + "; ".join(remarks)
+    if verbose:
+        _say(notice)
+    return LoadedText(text, source, location, notice)
+
+
+def load_shakespeare(path=None, *, verbose: bool = True, offline: bool | None = None) -> str:
+    """Tiny Shakespeare as one string (see ``load_shakespeare_with_source``).
+
+    >>> text = load_shakespeare()   # prints e.g. "Text: 1,115,394 characters from the cache (...)"
+    >>> text[:14]
+    'First Citizen:'
+    """
+    return load_shakespeare_with_source(path, verbose=verbose, offline=offline).text
+
+
+class CharVocab:
+    """A character vocabulary: every distinct character of a text, sorted; ids are positions.
+
+    >>> vocab = CharVocab.from_text("hello")
+    >>> vocab.chars, vocab.encode("hell"), vocab.decode([2, 1])
+    ('ehlo', [1, 0, 2, 2], 'he')
+    """
+
+    def __init__(self, chars):
+        self.chars = "".join(sorted(set(chars)))
+        self.stoi = {ch: i for i, ch in enumerate(self.chars)}
+        self.itos = dict(enumerate(self.chars))
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharVocab":
+        return cls(set(text))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        """Characters to ids; a character outside the vocabulary is a ``KeyError`` naming it."""
+        try:
+            return [self.stoi[ch] for ch in text]
+        except KeyError as e:
+            raise KeyError(f"character {e.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids) -> str:
+        """Ids (a list or a tensor) back to text."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return "".join(self.itos[int(i)] for i in ids)
+
+    def tensor(self, text: str) -> torch.Tensor:
+        """The text as a LongTensor ``[len(text)]`` of ids."""
+        return torch.tensor(self.encode(text), dtype=torch.long)
+
+    def __repr__(self) -> str:
+        return f"CharVocab({self.vocab_size} characters: {self.chars!r})"
+
+
+def split_text(data, val_fraction: float = 0.1):
+    """The first ``1 - val_fraction`` of ``data`` for training, the rest for validation (no shuffle:
+    neighbouring characters are not independent, so a random split would leak)."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    n = int(len(data) * (1 - val_fraction))
+    return data[:n], data[n:]
+
+
+@dataclass
+class ShakespeareData:
+    """Everything notebook 10 trains on: the text, its vocabulary, and the encoded 90/10 split."""
+
+    text: str
+    vocab: CharVocab
+    train: torch.Tensor  # LongTensor [N_train]
+    val: torch.Tensor  # LongTensor [N_val]
+    source: str  # as in LoadedText
+
+
+def shakespeare_data(path=None, *, verbose: bool = True, offline: bool | None = None,
+                     val_fraction: float = 0.1) -> ShakespeareData:
+    """Load the text, build its character vocabulary, encode it and split it 90/10."""
+    loaded = load_shakespeare_with_source(path, verbose=verbose, offline=offline)
+    vocab = CharVocab.from_text(loaded.text)
+    train, val = split_text(vocab.tensor(loaded.text), val_fraction)
+    return ShakespeareData(loaded.text, vocab, train, val, loaded.source)

@@ -56,7 +56,7 @@ from functools import lru_cache
 from einops import EinopsError
 from einops.parsing import AnonymousAxis, ParsedExpression, _ellipsis
 
-__all__ = ["ShapeError", "expect_shape", "Dims"]
+__all__ = ["ShapeError", "expect_shape", "Dims", "explain", "typed"]
 
 
 class ShapeError(AssertionError):
@@ -196,6 +196,9 @@ def _hint(shape, items, texts, known, where, problem, var):
     fits = lambda s, its=items, txt=texts: _fits(tuple(s), its, txt, known, where)  # noqa: E731
 
     if problem == "rank" and ndim < n_fixed:
+        merged = _merged_hint(shape, items, texts, known, var)
+        if merged:
+            return merged
         if ndim == n_fixed - 1:
             for k, it in enumerate(items):
                 if it is None or not fits(shape, items[:k] + items[k + 1:], texts[:k] + texts[k + 1:]):
@@ -227,6 +230,19 @@ def _hint(shape, items, texts, known, where, problem, var):
                 if fits(merged):
                     return (f"Hint: axes {k} and {k + 1} ({shape[k]} x {shape[k + 1]}) look like one axis "
                             f"split in two; merge them with {var}.flatten({k}, {k + 1}) or .reshape(...).")
+        if ndim == n_fixed + 1:  # an axis split off and moved away (e.g. heads not merged back)
+            for i, j in itertools.permutations(range(ndim), 2):
+                if abs(i - j) == 1 or shape[i] == 1:
+                    continue
+                to = j - 1 if i < j else j + 1  # next to axis j, as its major (i < j) or minor part
+                moved = list(shape)
+                moved.insert(to, moved.pop(i))
+                lo = min(to, j if i < j else j)
+                merged = moved[:lo] + [moved[lo] * moved[lo + 1]] + moved[lo + 2:]
+                if fits(merged):
+                    move = f"transpose({i}, {to})" if abs(i - to) == 1 else f"movedim({i}, {to})"
+                    return (f"Hint: axis {i} (size {shape[i]}) looks split off axis {j} (size {shape[j]}) and not "
+                            f"merged back; try {var}.{move}.flatten({lo}, {lo + 1}).")
         return f"Hint: drop size-1 axes with {var}.squeeze(dim), or merge axes with {var}.flatten(...)."
 
     # a wrong size: is the shape a permutation of one that fits?
@@ -247,6 +263,75 @@ def _hint(shape, items, texts, known, where, problem, var):
             perm = min(perms, key=lambda p: sum(a != b for a, b in enumerate(p)))
             return f"Hint: the axes look out of order; try {var}.permute{perm}."
     return ""
+
+
+def _merged_hint(shape, items, texts, known, var):
+    """'axis H looks merged into d_head' when the shape is the expected one with two axes multiplied together."""
+    if None in items or len(shape) != len(items) - 1:
+        return ""
+    sizes = [_resolve(it, known) for it in items]
+    if any(s is None for s in sizes):
+        return ""
+    for k, j in itertools.permutations(range(len(items)), 2):
+        rest = [s for i, s in enumerate(sizes) if i != k]
+        at = j if j < k else j - 1
+        rest[at] *= sizes[k]
+        if sizes[k] > 1 and sizes[j] > 1 and tuple(rest) == tuple(shape):
+            a, b = sorted((k, j))
+            how = f"{var}.unflatten({at}, ({sizes[a]}, {sizes[b]}))"
+            new = at if k < j else at + 1  # where the split-off axis lands
+            if new != k:
+                how += f".transpose({k}, {new})" if abs(new - k) == 1 else f".movedim({new}, {k})"
+            return (f"Hint: axis {texts[k]!r} (size {sizes[k]}) looks merged into axis {texts[j]!r}: "
+                    f"axis {at} has size {shape[at]} = {sizes[a]}*{sizes[b]}. Split it with {how}.")
+    return ""
+
+
+def explain(shape, expected, names=None, var="x", output=False):
+    """Why ``shape`` is not ``expected``, in the words of ``expect_shape``: a list of lines.
+
+    The first line names the axis and both sizes, the last (when it can tell) is a ``Hint:``
+    naming the likely fix (a transpose, an unsqueeze, a squeeze, an axis merged into another).
+    ``names`` (e.g. ``"B H T d_head"``) names the expected axes; without it the axes are numbered.
+    ``output=True`` words the hints for a function's result (a lost axis, not a missing batch).
+    The checks in ``tutor.checks`` use it, so a wrong shape reads the same everywhere.
+    """
+    shape, expected = tuple(int(s) for s in shape), tuple(int(s) for s in expected)
+    if names is not None:
+        names = names.split() if isinstance(names, str) else list(names)
+    if names is None or len(names) != len(expected) or len(set(names)) != len(names):
+        names = [f"a{i}" for i in range(len(expected))]
+        texts = [str(e) for e in expected]
+    else:
+        texts = list(names)
+    items = tuple((n,) for n in names)
+    known = dict(zip(names, expected))
+    where = dict.fromkeys(names, "expected")
+    problem = _match(shape, items, tuple(texts), known, where)[2]
+    if problem is None:
+        return []
+    n = len(expected)
+    if problem == "rank":
+        first = f"{len(shape)} dimension{'s' * (len(shape) != 1)}, expected {n}"
+    else:
+        _, p, _ = problem
+        label = f" ({texts[p]!r})" if texts[p] != str(expected[p]) else ""
+        first = f"axis {p} (= {p - n}){label} has size {shape[p]}, expected {expected[p]}"
+    tup = lambda t: "(" + ", ".join(map(str, t)) + ("," if len(t) == 1 else "") + ")"  # noqa: E731
+    lines = [f"expected shape {tup(expected)}, got {tup(shape)}: {first}."]
+    hint = _hint(shape, items, tuple(texts), known, where, problem, var)
+    if texts[0] == str(expected[0]) and names[0] == "a0":  # unnamed axes: drop the "('4')" labels
+        hint = re.sub(r" \('\d+'\)", "", hint)
+        hint = re.sub(r"the first axis '\d+'", "the first axis", hint)
+        hint = re.sub(r"axis '(\d+)' \(size \d+\)", r"an axis of size \1", hint)
+        hint = re.sub(r"into axis '(\d+)'", r"into the axis of size \1", hint)
+        hint = re.sub(r"axis '(\d+)' looks", r"an axis of size \1 looks", hint)
+    keep = "Keep every leading axis of the input: an [0], a squeeze() or a loop over one example drops it."
+    if output and "Is this one example instead of a batch?" in hint:
+        hint = hint[:hint.index("Is this")] + keep
+    elif output and "looks missing, often the batch axis" in hint:
+        hint = hint[:hint.index(", often the batch axis")] + ". " + keep
+    return lines + ([hint] if hint else [])
 
 
 def _swapped(shape, i, j):
@@ -405,3 +490,113 @@ class Dims(Mapping):
 
     def __exit__(self, *exc):
         return False
+
+
+# ----------------------------------------------------------------------------- jaxtyping annotations
+
+def typed(fn):
+    """Check a function's jaxtyping annotations every time it runs, with the messages of ``expect_shape``.
+
+        >>> import torch
+        >>> from torch import Tensor
+        >>> from jaxtyping import Float
+        >>> @typed
+        ... def scores(q: Float[Tensor, "B T d"], k: Float[Tensor, "B S d"]) -> Float[Tensor, "B T S"]:
+        ...     return q @ k.transpose(-2, -1)
+        >>> scores(torch.zeros(2, 5, 8), torch.zeros(2, 6, 8)).shape
+        torch.Size([2, 5, 6])
+        >>> scores(torch.zeros(2, 5, 8), torch.zeros(2, 6, 4))
+        Traceback (most recent call last):
+        tutor.shapes.ShapeError: k: axis 2 ('d') has size 4, but d = 8 (bound by `q`, axis 2).
+          shape (2, 6, 4), pattern 'B S d', expected (2, 6, 8).
+          (checked against the annotation of `k` in scores: Float[Tensor, 'B S d'])
+
+    The checking is jaxtyping's (with beartype), so every jaxtyping annotation works, ``forward``
+    methods included; one name means one size across all arguments and the return value of a call.
+    When it fails, the argument is checked again with ``Dims.expect`` to name the axis and the
+    likely fix; what only jaxtyping can say (a wrong dtype, a symbolic size such as ``"T+1"``)
+    keeps jaxtyping's own message.
+    """
+    import functools
+    import inspect
+
+    from beartype import beartype
+    from jaxtyping import TypeCheckError, jaxtyped
+
+    returned = []
+
+    @functools.wraps(fn)
+    def keep_result(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        returned.append(result)
+        return result
+
+    checked = jaxtyped(typechecker=beartype)(keep_result)
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        del returned[:]
+        try:
+            return checked(*args, **kwargs)
+        except TypeCheckError as error:
+            values = signature.bind(*args, **kwargs)
+            values.apply_defaults()
+            values = dict(values.arguments)
+            if returned:
+                values["return"] = returned[-1]
+            del returned[:]
+            raise _explain_annotation(fn, values, error) from None
+
+    return wrapper
+
+
+def _jaxtyping_pattern(annotation):
+    """The tutor.shapes pattern of a jaxtyping annotation ('*batch T C' -> '... T C'), or None."""
+    dims = getattr(annotation, "dim_str", None)
+    if not isinstance(dims, str):
+        return None
+    out = []
+    for token in dims.split():
+        token = token.lstrip("#")  # '#T' may broadcast (size 1): checked by jaxtyping only
+        if token.startswith("*") or token == "...":
+            out.append("...")
+        elif token.startswith("_"):
+            out.append("_")
+        elif token.isidentifier() or token.isdigit():
+            out.append(token)
+        else:
+            return None  # a symbolic size such as 'T+1': jaxtyping's message stays
+    if out.count("...") > 1:
+        return None
+    return " ".join(out)
+
+
+def _explain_annotation(fn, values, error):
+    """The ShapeError for a failed jaxtyping check, or the original error when its cause is not a shape."""
+    hints = dict(getattr(fn, "__annotations__", {}))
+    where = getattr(fn, "__qualname__", getattr(fn, "__name__", "the function"))
+    dims = Dims()
+    for name, annotation in hints.items():
+        if name not in values:
+            continue
+        value, label = values[name], ("the return value" if name == "return" else name)
+        pattern = _jaxtyping_pattern(annotation)
+        shown = f"{getattr(annotation, '__name__', annotation)}".replace('"', "'")
+        source = (f"  (checked against the return annotation of {where}: {shown})" if name == "return" else
+                  f"  (checked against the annotation of `{label}` in {where}: {shown})")
+        if pattern is None:
+            continue
+        try:
+            dims.expect(value, pattern, name=label)
+        except ShapeError as e:
+            return ShapeError(f"{e}\n{source}")
+        dtypes = getattr(annotation, "dtypes", None)
+        dtype = str(getattr(value, "dtype", "")).replace("torch.", "")
+        if dtype and dtypes and dtype not in dtypes:
+            kind = getattr(getattr(annotation, "dtype", None), "__name__", "another")
+            fix = {"Float": " Convert it with .float().", "Int": " Convert it with .long().",
+                   "Bool": " Make it with a comparison, or .bool()."}.get(kind, "")
+            return TypeError(f"{label}: has dtype {value.dtype}, but its annotation asks for a {kind} tensor.{fix}\n"
+                             f"{source}")
+    return error

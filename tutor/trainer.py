@@ -202,12 +202,33 @@ def config_for(device) -> TrainConfig:
     return replace(CPU_CONFIG)
 
 
+def model_class(config):
+    """The model class a config asks for: ``GPT`` unless it has a ``model`` field naming another
+    (``"gpt"``, ``"modern"`` for notebook 09's ``ModernGPT``, or ``"package.module:Class"``)."""
+    name = getattr(config, "model", "gpt") or "gpt"
+    if name == "gpt":
+        from tutor.reference.model import GPT
+
+        return GPT
+    if name == "modern":
+        import tutor.reference as reference
+
+        if not hasattr(reference, "ModernGPT"):
+            raise ValueError("model='modern' needs notebook 09's ModernGPT in tutor.reference, which this "
+                             "version of the course does not have yet; use model='gpt'")
+        return reference.ModernGPT
+    module, _, attribute = name.partition(":")
+    if not attribute:
+        raise ValueError(f"unknown model {name!r}: use 'gpt', 'modern' or 'package.module:Class'")
+    import importlib
+
+    return getattr(importlib.import_module(module), attribute)
+
+
 def make_model(config: TrainConfig, device="cpu"):
     """A fresh GPT for ``config`` on ``device``, seeded with ``config.seed``, with fused kernels if asked."""
-    from tutor.reference.model import GPT
-
     torch.manual_seed(config.seed)
-    model = GPT(config.model_config()).to(device)
+    model = model_class(config)(config.model_config()).to(device)
     if config.fused_kernels:
         use_fused_kernels(model)
     return model
@@ -268,20 +289,33 @@ def make_optimizer(model, config: TrainConfig):
 
 
 def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, eval_fn=None, lr_fn=None,
-        ignore_index=PAD_Y, optimizer=None, progress=True, plot=None):
+        ignore_index=PAD_Y, optimizer=None, progress=True, plot=None, start_step=0, history=None,
+        callback=None, metrics=None, runner=None):
     """Train ``model`` for ``config.steps`` steps and return a ``History``.
 
     ``step_fn``, ``eval_fn`` and ``lr_fn`` default to ``train_step``, ``evaluate`` and
     ``lr_schedule``; the notebook passes the learner's own. ``plot`` (optional) has an
     ``update(history)`` method called after every evaluation (see ``tutor.viz.training.LivePlot``).
     ``config.bf16`` and ``config.compile`` only act on CUDA.
+
+    For longer runs (notebook 10, ``python -m tutor.scale``):
+
+    - ``train_loader`` may be an iterator of batches (anything with ``__next__``, e.g.
+      ``RandomWindows``) instead of a DataLoader; a batch may be a list of ``(x, y)`` micro-batches
+      for gradient accumulation, with a ``step_fn`` that takes such lists (``accumulate_step``).
+    - ``start_step`` and ``history`` continue a run restored from a checkpoint.
+    - ``callback(step, history)`` runs after every step; returning True stops the run there
+      (checkpoints, Ctrl-C).
+    - ``metrics(history)`` returns extra fields for the progress bar (tokens/s, MFU).
+    - ``runner`` is what the step and evaluation call instead of ``model`` (e.g. a
+      ``DistributedDataParallel`` wrapper); bf16 autocast and compile wrap it.
     """
     step_fn = step_fn or train_step
     eval_fn = eval_fn or evaluate
     lr_fn = lr_fn or lr_schedule
     device = next(model.parameters()).device
     optimizer = optimizer or make_optimizer(model, config)
-    runner = model
+    runner = model if runner is None else runner
     if config.bf16 and device.type == "cuda":
         runner = AutocastBF16(runner)
     if config.compile and device.type == "cuda":
@@ -293,7 +327,7 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
         torch.set_num_threads(config.cpu_threads)
     try:
         return _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn,
-                    ignore_index, progress, plot, device)
+                    ignore_index, progress, plot, device, start_step, history, callback, metrics)
     finally:
         torch.set_num_threads(threads)
 
@@ -330,32 +364,76 @@ def _in_notebook() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def _progress_bar(total):
-    """A tqdm bar: in a notebook one line of output updated in place, elsewhere the usual one on stderr."""
+def _progress_bar(total, initial=0):
+    """A tqdm bar: in a notebook one line of output updated in place, on a terminal the usual one on
+    stderr, and plain lines (``PlainProgress``) when stderr is not a terminal (a log file, CI)."""
+    import sys
+
     from tqdm import tqdm
 
     if _in_notebook():
-        return tqdm(total=total, desc="training", unit="step", mininterval=0.5, file=_NotebookLine(), ncols=100)
-    return tqdm(total=total, desc="training", unit="step", mininterval=0.5)
+        return tqdm(total=total, initial=initial, desc="training", unit="step", mininterval=0.5,
+                    file=_NotebookLine(), ncols=100)
+    if not sys.stderr.isatty():
+        return PlainProgress(total, initial)
+    return tqdm(total=total, initial=initial, desc="training", unit="step", mininterval=0.5)
+
+
+class PlainProgress:
+    """The progress bar's interface, written as one plain line every ``every`` steps (and at the end)."""
+
+    def __init__(self, total, initial=0, every=None, file=None):
+        import sys
+
+        self.total, self.n = total, initial
+        self.every = every or max(1, total // 20)
+        self.file = file or sys.stderr
+        self.postfix = {}
+        self.start = time.perf_counter()
+
+    def update(self, n=1):
+        self.n += n
+        if self.n % self.every == 0 or self.n == self.total:
+            fields = " ".join(f"{k} {v}" for k, v in self.postfix.items())
+            print(f"step {self.n}/{self.total} ({time.perf_counter() - self.start:.0f} s) {fields}".rstrip(),
+                  file=self.file, flush=True)
+
+    def set_postfix(self, postfix, refresh=False):
+        self.postfix = dict(postfix)
+
+    def close(self):
+        pass
+
+
+def _is_micro_batches(batch) -> bool:
+    """A list of ``(x, y)`` pairs (gradient accumulation), rather than one ``(x, y)``."""
+    return isinstance(batch, list) and len(batch) > 0 and isinstance(batch[0], (tuple, list))
+
+
+def _count_tokens(y, ignore_index) -> int:
+    if isinstance(y, torch.Tensor):
+        return int((y != ignore_index).sum())
+    return sum(_count_tokens(part, ignore_index) for part in y)
 
 
 def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn, ignore_index,
-         progress, plot, device):
-    history = History()
-    batches = _batches(train_loader)
-    bar = _progress_bar(config.steps) if progress else None
+         progress, plot, device, start_step=0, history=None, callback=None, metrics=None):
+    history = history if history is not None else History()
+    seconds_before = history.seconds
+    batches = train_loader if hasattr(train_loader, "__next__") else _batches(train_loader)
+    bar = _progress_bar(config.steps, start_step) if progress else None
     model.train()
     start = time.perf_counter()
-    for step in range(config.steps):
+    for step in range(start_step, config.steps):
         lr = lr_fn(step, config.max_lr, config.warmup_steps, config.steps, config.min_lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        x, y = next(batches)
-        loss = step_fn(runner, (x, y), optimizer, ignore_index, clip=config.clip)
+        batch = next(batches)
+        loss = step_fn(runner, batch, optimizer, ignore_index, clip=config.clip)
         history.steps.append(step)
         history.train_loss.append(float(loss))
         history.lr.append(lr)
-        history.tokens += int((y != ignore_index).sum())
+        history.tokens += _count_tokens([y for _, y in batch] if _is_micro_batches(batch) else batch[1], ignore_index)
         last = step == config.steps - 1
         if (step + 1) % config.eval_every == 0 or last:
             val = eval_fn(runner, val_loader, ignore_index, max_batches=config.eval_batches)
@@ -364,15 +442,26 @@ def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, ev
             if plot is not None:
                 plot.update(history)
         if bar is not None:
-            bar.update(1)
-            if step % 25 == 0 or last:
+            plain_line_next = isinstance(bar, PlainProgress) and (bar.n + 1) % bar.every == 0
+            if not plain_line_next:
+                bar.update(1)
+            if step % 25 == 0 or last or plain_line_next:
                 postfix = {"loss": f"{float(loss):.3f}", "lr": f"{lr:.2e}"}
                 if history.val_loss:
                     postfix["val"] = f"{history.val_loss[-1]:.3f}"
+                if metrics is not None:
+                    history.seconds = seconds_before + time.perf_counter() - start
+                    postfix.update(metrics(history))
                 bar.set_postfix(postfix, refresh=False)
+            if plain_line_next:
+                bar.update(1)
+        if callback is not None:
+            history.seconds = seconds_before + time.perf_counter() - start
+            if callback(step, history):
+                break
     if device.type == "cuda":
         torch.cuda.synchronize()
-    history.seconds = time.perf_counter() - start
+    history.seconds = seconds_before + time.perf_counter() - start
     if bar is not None:
         bar.close()
     return history
@@ -438,3 +527,231 @@ class seeded:
         if self._fork is not None:
             return self._fork.__exit__(*exc)
         return False
+
+
+
+# --- longer runs: text windows, gradient accumulation, full checkpoints, MFU (notebook 10) ----------
+
+
+class RandomWindows:
+    """An endless stream of batches of random windows of ``data`` (``get_batch``), from its own
+    seeded generator: its ``state_dict()`` is the position in the stream, so a run resumed from a
+    checkpoint sees exactly the batches it would have seen.
+
+    Each rank of a data-parallel run gets a different stream (the seed is offset by the rank).
+    With ``accum_steps > 1`` every item is a list of that many ``(x, y)`` micro-batches.
+    """
+
+    def __init__(self, data, block_size, batch_size, seed=0, rank=0, accum_steps=1, get_batch_fn=None,
+                 device="cpu"):
+        from tutor.reference.scaling import get_batch
+
+        self.data, self.block_size, self.batch_size = data, block_size, batch_size
+        self.accum_steps, self.device = accum_steps, torch.device(device)
+        self.get_batch = get_batch_fn or get_batch
+        self.generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)
+
+    def __iter__(self):
+        return self
+
+    def _one(self):
+        x, y = self.get_batch(self.data, self.block_size, self.batch_size, generator=self.generator)
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device), y.to(self.device)
+
+    def __next__(self):
+        if self.accum_steps == 1:
+            return self._one()
+        return [self._one() for _ in range(self.accum_steps)]
+
+    def state_dict(self):
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state):
+        self.generator.set_state(state["generator"])
+
+
+def fixed_batches(data, block_size, batch_size, n_batches, seed=1234):
+    """``n_batches`` batches of random windows drawn once with a fixed seed: the same validation
+    batches at every evaluation (and on every rank), usable as ``evaluate``'s loader."""
+    from tutor.reference.scaling import get_batch
+
+    generator = torch.Generator().manual_seed(seed)
+    return [get_batch(data, block_size, batch_size, generator=generator) for _ in range(n_batches)]
+
+
+def accumulate_step(model, batches, optimizer, ignore_index, clip=1.0):
+    """``train_step`` with gradient accumulation: ``batches`` is a list of ``(x, y)`` micro-batches
+    (or one ``(x, y)``). Each micro-batch's loss is divided by their number, so the summed
+    gradients are those of the mean loss over the combined batch (equal-sized micro-batches), as
+    if it had been one big batch. Under ``DistributedDataParallel`` the gradients are averaged
+    across processes once, at the last micro-batch (``no_sync`` before it).
+
+    Returns the mean loss as a float.
+    """
+    import contextlib
+
+    from tutor.reference.training import lm_loss
+
+    if not _is_micro_batches(batches):
+        batches = [batches]
+    device = next(model.parameters()).device
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    n = len(batches)
+    ddp = _find_ddp(model)
+    for i, (x, y) in enumerate(batches):
+        x, y = x.to(device), y.to(device)
+        sync = contextlib.nullcontext() if (ddp is None or i == n - 1) else ddp.no_sync()
+        with sync:
+            loss = lm_loss(model(x), y, ignore_index) / n
+            loss.backward()
+        total += loss.detach()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return float(total)
+
+
+def _find_ddp(model):
+    """The ``DistributedDataParallel`` module inside a runner (autocast or compile wrappers), if any."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    seen = model
+    for _ in range(4):
+        if isinstance(seen, DistributedDataParallel):
+            return seen
+        seen = getattr(seen, "model", None) or getattr(seen, "_orig_mod", None)
+        if seen is None:
+            return None
+    return None
+
+
+# Peak dense bf16 tensor-core FLOP/s (no sparsity), from the vendors' data sheets; a CPU's peak
+# depends on its cores and vector units, so it is an assumption (override with --peak-tflops).
+PEAK_TFLOPS = {
+    "H200": 989.0, "H100": 989.0,  # SXM; the PCIe H100 is 756
+    "A100": 312.0, "A10G": 125.0, "A10": 125.0, "L40S": 362.0, "L4": 121.0,
+    "RTX 4090": 165.0, "RTX 3090": 71.0, "V100": 125.0, "T4": 65.0,
+}
+CPU_PEAK_TFLOPS_PER_CORE = 0.1  # about 3 GHz x 2 FMA units x 8 float32 lanes x 2: an AVX2 core's float32 peak
+
+
+def peak_flops(device, override_tflops=None) -> tuple[float, str]:
+    """``(peak FLOP/s, where the figure comes from)`` for ``device``."""
+    if override_tflops:
+        return override_tflops * 1e12, "given with --peak-tflops"
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if "H100" in name and "PCIe" in name:
+            return 756e12, f"{name} (table, bf16 dense)"
+        for key, tflops in PEAK_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12, f"{name} (table, bf16 dense)"
+        return 100e12, f"{name}: not in the table, assuming 100 TFLOP/s (use --peak-tflops)"
+    cores = torch.get_num_threads()
+    return (CPU_PEAK_TFLOPS_PER_CORE * cores * 1e12,
+            f"CPU, {cores} thread(s) x {CPU_PEAK_TFLOPS_PER_CORE * 1000:g} GFLOP/s assumed (float32 AVX2 peak)")
+
+
+def mfu(tokens_per_second: float, flops_per_token: int, peak: float) -> float:
+    """Model FLOPs utilisation: the fraction of the hardware's peak that the model's FLOPs use."""
+    return tokens_per_second * flops_per_token / peak
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be used: truncated, corrupted, or not a checkpoint."""
+
+
+CHECKPOINT_MAGIC = b"tutor-checkpoint v1 sha256="
+
+
+def save_training_state(path, state: dict, keep_previous: bool = True):
+    """Write ``state`` (any ``torch.save``-able dict) to ``path`` atomically, with a checksum.
+
+    The bytes go to a temporary file in the same folder, are flushed to disk, and only then
+    replace ``path`` (``os.replace`` is atomic): a crash or Ctrl-C while writing leaves the
+    previous checkpoint as it was. With ``keep_previous``, the checkpoint being replaced is kept
+    as ``<name>.prev.pt``. Returns the path.
+    """
+    import hashlib
+    import io
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    header = CHECKPOINT_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header)
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        if keep_previous and path.exists():
+            os.replace(path, previous_checkpoint(path))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def previous_checkpoint(path):
+    from pathlib import Path
+
+    path = Path(path)
+    return path.with_name(path.stem + ".prev" + path.suffix)
+
+
+def load_training_state(path, map_location="cpu") -> dict:
+    """Read a checkpoint written by ``save_training_state``; a ``CheckpointError`` says clearly what
+    is wrong with a truncated or corrupted file (and where the previous one is, if there is one)."""
+    import hashlib
+    import io
+    from pathlib import Path
+
+    path = Path(path)
+    previous = previous_checkpoint(path)
+    advice = f"; the previous checkpoint {previous} is intact: resume from it" if previous.exists() else ""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read the checkpoint {path}: {e}") from None
+    header, _, payload = raw.partition(b"\n")
+    if not header.startswith(CHECKPOINT_MAGIC):
+        raise CheckpointError(f"{path} is not a checkpoint written by tutor.scale (no header){advice}")
+    expected = header[len(CHECKPOINT_MAGIC):].decode("ascii", "replace")
+    if hashlib.sha256(payload).hexdigest() != expected:
+        raise CheckpointError(f"{path} is truncated or corrupted (its checksum does not match: "
+                              f"{len(raw):,} bytes){advice}")
+    return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=False)
+
+
+def rng_states() -> dict:
+    """Every random number generator a training step may use (dropout, sampling)."""
+    import random
+
+    states = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    import random
+
+    torch.set_rng_state(states["torch"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

@@ -14,4 +14,5 @@ from tutor.checks.nb05_positional_encodings import *  # noqa: F401,F403
 from tutor.checks.nb06_transformer_block import *  # noqa: F401,F403
 from tutor.checks.nb07_gpt_model import *  # noqa: F401,F403
 from tutor.checks.nb08_training import *  # noqa: F401,F403
+from tutor.checks.nb10_scaling_up import *  # noqa: F401,F403
 from tutor.checks.nb11_tokenization import *  # noqa: F401,F403

@@ -315,7 +315,8 @@ def _tuple(shape) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
-def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool = True) -> torch.Tensor:
+def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool = True,
+                  names: str | None = None) -> torch.Tensor:
     """``got`` is a tensor with the type, shape, device and dtype of ``expected``, and is finite where it is."""
     if not isinstance(got, torch.Tensor):
         hint = None
@@ -329,7 +330,7 @@ def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool =
             hint = "stay in torch: use torch functions instead of numpy ones"
         raise Mismatch(f"{what} should be a torch.Tensor, got {type(got).__name__}", hint=hint)
     if tuple(got.shape) != tuple(expected.shape):
-        raise shape_mismatch(got.shape, expected.shape, what)
+        raise shape_mismatch(got.shape, expected.shape, what, names)
     if got.device != expected.device:
         raise Mismatch(
             f"{what} is on device {got.device}, expected {expected.device}",
@@ -357,18 +358,19 @@ def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool =
     return got
 
 
-def shape_mismatch(got_shape, expected_shape, what: str) -> Mismatch:
+def shape_mismatch(got_shape, expected_shape, what: str, names: str | None = None) -> Mismatch:
+    """A wrong shape, in the words of ``tutor.shapes`` (the axis, expected vs got, the likely fix).
+
+    ``names`` (e.g. ``"B H T d_head"``) names the expected axes in the message.
+    """
+    from tutor.shapes import explain
+
     got_shape, expected_shape = tuple(got_shape), tuple(expected_shape)
-    details = [f"expected shape {_tuple(expected_shape)}, got {_tuple(got_shape)}"]
-    hint = None
-    if len(got_shape) != len(expected_shape):
-        details.append(f"expected {len(expected_shape)} dimensions, got {len(got_shape)}")
-    else:
-        axes = [i for i, (g, e) in enumerate(zip(got_shape, expected_shape)) if g != e]
-        for i in axes[:2]:
-            details.append(f"axis {i - len(expected_shape)}: expected size {expected_shape[i]}, got {got_shape[i]}")
-        if sorted(got_shape) == sorted(expected_shape):
-            hint = "the sizes are right but in the wrong order: check which axes you transpose or permute"
+    lines = explain(got_shape, expected_shape, names, var="out", output=True)
+    hint = lines[-1][len("Hint: "):] if lines and lines[-1].startswith("Hint: ") else None
+    details = lines[:-1] if hint else lines
+    if hint is None and sorted(got_shape) == sorted(expected_shape):
+        hint = "the sizes are right but in the wrong order: check which axes you transpose or permute"
     return Mismatch(f"{what} has the wrong shape", details, hint)
 
 
@@ -405,15 +407,17 @@ def expect_close(
     mistakes=(),
     hint: str | None = None,
     check_dtype: bool = True,
+    names: str | None = None,
 ) -> torch.Tensor:
     """``got`` equals ``expected`` within tolerance.
 
     ``mistakes`` is a sequence of ``(description, make_wrong_output)`` pairs: when the values
     differ, each known-wrong output is computed and, if the learner's result equals it, its
     description becomes the likely cause. Shape mistakes are recognised the same way.
+    ``names`` (e.g. ``"B H T d_head"``) names the expected axes when the shape is wrong.
     """
     try:
-        expect_tensor(got, expected, what, check_dtype=check_dtype)
+        expect_tensor(got, expected, what, check_dtype=check_dtype, names=names)
     except Mismatch as m:
         if matches(got, expected, atol=atol, rtol=rtol):  # the right values, in the wrong dtype or place
             m.hint = m.hint or hint

@@ -5,7 +5,7 @@ from torch.overrides import TorchFunctionMode
 
 from tutor import reference as ref
 from tutor.checks._core import (
-    LearnerError, Mismatch, call, case, check, expect_close, expect_equal, expect_tensor,
+    LearnerError, Mismatch, call, case, check, expect_close, expect_equal, expect_tensor, shape_mismatch,
 )
 
 __all__ = ["encode", "decode", "one_hot", "similarity", "softmax", "dot_product_attention"]
@@ -43,6 +43,19 @@ def encode(fn):
                 raise Mismatch("every id is one too small", [f"expected {expected}", f"got      {got}"],
                                hint="' ' is index 0, so 'a' is 1: look the letter up in `alphabet`, don't use ord(ch) - ord('a')")
             expect_equal(got, expected, f"encode({name!r})")
+    for text in [" laika", "zoe ", " ana.."]:  # a training input is ' ' + name; targets are padded with '.'
+        with case(f"{text!r} (with the start/padding characters ' ' and '.')"):
+            try:
+                got = call(fn, text, what=f"encode({text!r})")
+            except LearnerError as e:
+                raise Mismatch(f"encode({text!r}) raised an exception", [f"{type(e.error).__name__}: {e.error}"],
+                               hint=SPECIAL_HINT) from None
+            expected = ref.encode(text)
+            if got != expected and isinstance(got, list) and len(got) == len(expected) and all(
+                    g == e for g, e, ch in zip(got, expected, text) if ch.isalpha()):
+                raise Mismatch(f"encode({text!r}) gets the letters right but not ' ' or '.'",
+                               [f"expected {expected}", f"got      {got}"], hint=SPECIAL_HINT)
+            expect_equal(got, expected, f"encode({text!r})", hint=SPECIAL_HINT)
     with case("'Laika' (upper case)"):
         try:
             got = call(fn, "Laika", what="encode('Laika')")
@@ -50,7 +63,12 @@ def encode(fn):
             raise Mismatch("encode('Laika') raised an exception", [f"{type(e.error).__name__}: {e.error}"],
                            hint="lowercase the name first: name.lower()") from None
         expect_equal(got, LAIKA, "encode('Laika')", hint="lowercase the name first: name.lower()")
-    return "6 names"
+    return "9 names, with ' ' and '.'"
+
+
+SPECIAL_HINT = ("' ' (index 0) and '.' (the last index) are characters of the alphabet too: look every character "
+                "up in `alphabet` (e.g. a dict built with enumerate(alphabet)); ord(ch) - ord('a') + 1 only works "
+                "for letters")
 
 
 @check("decode")
@@ -79,10 +97,10 @@ def decode(fn):
         expect_equal(got, "laika", "decode(torch.tensor([12, 1, 9, 11, 1]))",
                      hint="convert a tensor with ids.tolist() (or int(i) per element) before looking ids up")
     with case("round trip"):
-        names = ["laika", "zoe", "anna"]
+        names = ["laika", "zoe", "anna", " laika", "zoe ", " ana.."]
         for name in names:
             expect_equal(call(fn, ref.encode(name)), name, f"decode(encode({name!r}))")
-    return "7 inputs"
+    return "10 inputs"
 
 
 # --- one_hot --------------------------------------------------------------------------
@@ -100,6 +118,12 @@ def one_hot(fn):
             before = ids.clone()
             got = call(fn, ids, n, what=f"one_hot(ids of shape {list(ids.shape)}, {n})")
             expected = ref.one_hot(ids, n)
+            if isinstance(got, torch.Tensor) and ids.dim() > 1 and got.dim() == 2 and got.shape[-1] == n:
+                m = shape_mismatch(got.shape, expected.shape, "the one-hot tensor")
+                m.hint = (f"your one_hot only works on 1-D input: it must keep every axis of `ids` {tuple(ids.shape)} "
+                          f"and add one of size num_classes; build it with torch.zeros(*ids.shape, num_classes) "
+                          f"and scatter_ on the last axis, or F.one_hot(ids, num_classes).float()")
+                raise m
             expect_close(got, expected, "the one-hot tensor", atol=0, rtol=0, mistakes=[
                 ("each vector has the 1 one place too far: the ids are already 0-based", lambda: ref.one_hot((ids + 1) % n, n)),
                 ("the last two axes are swapped: the result is [..., T, num_classes]", lambda: expected.transpose(-2, -1)),
@@ -195,9 +219,13 @@ def _softmax_mistakes(x, dim):
     other = 0 if dim not in (0, -x.dim()) else -1
     e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
     keepdim = "the sum is not kept as a column: use .sum(dim=dim, keepdim=True) so it divides along the right axis"
+    e_flat = lambda: torch.exp(x - x.max(dim=dim).values)  # noqa: E731  (max without keepdim)
     return [
         (keepdim, lambda: torch.exp(x) / torch.exp(x).sum(dim=dim)),
         (keepdim, lambda: e / e.sum(dim=dim)),
+        ("neither the maximum nor the sum is kept as a column, so both broadcast along the wrong axis: "
+         "use keepdim=True in .max(dim=dim, keepdim=True) and .sum(dim=dim, keepdim=True)",
+         lambda: e_flat() / e_flat().sum(dim=dim)),
         (f"softmax over the wrong axis: you normalised along dim={other}, the exercise asks for dim={dim}",
          lambda: ref.softmax(x, dim=other)),
         ("softmax over the wrong axis: you always use dim=-1, ignoring the `dim` argument",

@@ -31,6 +31,10 @@ def sdpa_mistakes(q, k, v, mask=None):
         ("the scores are multiplied by sqrt(d_k); divide instead", lambda: attend(raw * math.sqrt(d_k))),
         ("softmax over the wrong axis: normalise over the keys, the last axis (dim=-1)", lambda: attend(raw / math.sqrt(d_k), dim=-2)),
     ]
+    if q.dim() > 3:
+        mistakes.append(("softmax over dim=1: without batch axes dim=1 is the last axis (the keys), but with them it "
+                         "is a batch axis; use dim=-1, which means the keys for any number of leading axes",
+                         lambda: attend(raw / math.sqrt(d_k), dim=1)))
     if k.shape[-2] != d_k:
         mistakes.append(("the scores are scaled by sqrt(Tk), the number of keys; the scale is sqrt(d_k) = q.shape[-1]",
                          lambda: attend(raw / math.sqrt(k.shape[-2]))))
@@ -83,7 +87,8 @@ def AttentionHead(cls):
             x = torch.randn(*shape)
             got = call(head, x.clone(), what=f"head(x) with x of shape {list(shape)}")
             expected = reference(x)
-            expect_close(got, expected, "the head's output", atol=1e-5, mistakes=_head_mistakes(reference, x))
+            expect_close(got, expected, "the head's output", atol=1e-5, mistakes=_head_mistakes(reference, x),
+                         names="B T d_head")
     return "4 cases"
 
 

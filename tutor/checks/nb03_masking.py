@@ -8,7 +8,7 @@ from torch.overrides import TorchFunctionMode
 from tutor import reference as ref
 from tutor.checks._core import (
     error_details, is_signature_error,
-    LearnerError, Mismatch, call, case, check, diagnose, expect_close, expect_tensor,
+    LearnerError, Mismatch, call, case, check, diagnose, expect_close, expect_tensor, shape_mismatch,
 )
 from tutor.checks.nb02_queries_keys_values import sdpa_mistakes
 
@@ -141,11 +141,13 @@ def causal_mask(fn):
         if got.device.type != "meta":
             raise Mismatch(
                 f"{what} is on device {got.device}, expected the device it was asked for (meta)",
-                ["causal_mask(T, device=...) must create the mask on `device`, e.g. on the GPU the scores live on"],
+                ["causal_mask(T, device=...) must create the mask on `device`, e.g. on the GPU the scores live on",
+                 "'meta' is PyTorch's device for tensors that have a shape and a dtype but no data: the check "
+                 "uses it to see whether your mask goes to the device it is asked for, without needing a GPU"],
                 hint="pass device=device to the function that creates the tensor, e.g. torch.ones(T, T, dtype=torch.bool, device=device)",
             )
         if tuple(got.shape) != (3, 3):
-            raise Mismatch(f"{what} has shape {tuple(got.shape)}, expected (3, 3)")
+            raise shape_mismatch(got.shape, (3, 3), what, "T T")
         if got.dtype != torch.bool:
             raise Mismatch(f"{what} has dtype {got.dtype}, expected torch.bool", hint=BOOL_HINT)
     return "T = 1, 2, 5, 9 and the device argument (cpu, meta)"

@@ -55,7 +55,7 @@ def split_heads(fn):
             if not torch.equal(x, before):
                 raise Mismatch("split_heads changed its input in place", hint="return a new view; don't write into x")
             expected = ref.split_heads(x, n_heads)
-            expect_close(got, expected, f"split_heads(x, {n_heads})", atol=0, rtol=0,
+            expect_close(got, expected, f"split_heads(x, {n_heads})", atol=0, rtol=0, names="B H T d_head",
                          mistakes=_split_mistakes(x, n_heads))
     return "6 cases; head h gets columns h*d_head:(h+1)*d_head"
 
@@ -103,7 +103,7 @@ def merge_heads(fn):
             if not torch.equal(x, before):
                 raise Mismatch("merge_heads changed its input in place", hint="return a new tensor; don't write into x")
             expected = ref.merge_heads(x)
-            expect_close(got, expected, "merge_heads(x)", atol=0, rtol=0, mistakes=_merge_mistakes(x))
+            expect_close(got, expected, "merge_heads(x)", atol=0, rtol=0, mistakes=_merge_mistakes(x), names="B T C")
     with case("round trip merge_heads(split_heads(x, 4)) == x"):
         x = torch.randn(2, 5, 16)
         got = call(fn, ref.split_heads(x, 4), what="merge_heads(split_heads(x, 4))")
@@ -146,7 +146,7 @@ def _attend(m, x, mask, causal, *, scale="d_head", split=None, merge=None, out_p
             mask = mask & c
         else:
             mask = mask | c
-    d = {"d_head": C // H, "d_model": C, "none": 1.0}[scale]
+    d = {"d_head": C // H, "d_model": C, "none": 1.0, "n_heads": H}[scale]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d)
     if dropout_at == "scores":
         scores = torch.nn.functional.dropout(scores, p)
@@ -217,6 +217,8 @@ def _mha_mistakes(m, x, mask, causal):
         ("the scores are scaled by sqrt(d_model); each head's scale is sqrt(d_head) = sqrt(d_model // n_heads)",
          variant(scale="d_model")),
         ("the scores are not scaled: divide q kᵀ by sqrt(d_head)", variant(scale="none")),
+        ("the scores are scaled by sqrt(n_heads); each head's scale is sqrt(d_head) = sqrt(d_model // n_heads)",
+         variant(scale="n_heads")),
         ("`view` without `transpose` when splitting heads: " + VIEW_HINT, variant(split=_view_split)),
         ("the heads are merged without transposing back: do .transpose(1, 2) before the reshape to [B, T, C]",
          variant(merge=_bad_merge)),
@@ -257,9 +259,29 @@ def _run_mha(mine, theirs, x, mask, causal, what):
     hint = None
     if isinstance(got, tuple):
         hint = "forward should return only the output tensor, not (output, weights)"
-    expect_close(got, expected, "the attention output", atol=1e-5, rtol=1e-4,
-                 mistakes=_mha_mistakes(theirs, x, mask, causal), hint=hint)
+    try:
+        expect_close(got, expected, "the attention output", atol=1e-5, rtol=1e-4,
+                     mistakes=_mha_mistakes(theirs, x, mask, causal), hint=hint, names="B T C")
+    except Mismatch as m:
+        p = theirs.dropout.p
+        if m.hint is None and mine.training and p == 0 and _right_in_eval_mode(mine, args, expected):
+            m.hint = (f"it is right in eval mode but not in train mode although dropout={p}: build the dropout "
+                      f"from the argument, nn.Dropout(dropout), not a fixed rate")
+        raise
     return got
+
+
+def _right_in_eval_mode(module, args, expected):
+    module.eval()
+    try:
+        with torch.no_grad():
+            again = module(*args)
+        return isinstance(again, torch.Tensor) and again.shape == expected.shape and torch.allclose(
+            again, expected, atol=1e-5, rtol=1e-4)
+    except Exception:
+        return False
+    finally:
+        module.train()
 
 
 def _rand_mask(*shape):
@@ -299,11 +321,11 @@ def MultiHeadAttention(cls):
             ("x [2, 6, 16], a [T, T] mask", torch.randn(2, 6, 16) * 2, _rand_mask(6, 6)),
             ("T = 1: x [3, 1, 16]", torch.randn(3, 1, 16), None),
         ]),
+        ((24, 2), {"causal": True}, True, [  # n_heads ≠ d_head: before any case where they can be confused
+            ("x [3, 7, 24], a padding mask [B, 1, T]", torch.randn(3, 7, 24) * 2, _pad_mask(3, 7)),
+        ]),
         ((16, 1), {}, True, [
             ("x [2, 5, 16], no mask", torch.randn(2, 5, 16) * 2, None),
-        ]),
-        ((24, 2), {"causal": True}, True, [
-            ("x [3, 7, 24], a padding mask [B, 1, T]", torch.randn(3, 7, 24) * 2, _pad_mask(3, 7)),
         ]),
     ]
     for args, kwargs, causal, cases in configs:

@@ -305,6 +305,10 @@ def _ffn_inputs():
             ("large values: x [2, 3, 16] * 10", torch.randn(2, 3, 16) * 10)]
 
 
+FIXED_DROPOUT = ("with the default dropout=0.0 nothing may be dropped, even in train mode: build the dropout from "
+                 "the argument, {ctor}, not a fixed rate")
+
+
 @check("MLP")
 def MLP(cls):
     d = 16
@@ -317,6 +321,14 @@ def MLP(cls):
             with case(label):
                 got = call(mlp, x.clone(), what=f"mlp(x) with x of shape {list(x.shape)}")
                 expect_close(got, reference(x), "the MLP's output", mistakes=_mlp_mistakes(reference, x))
+
+        with case("MLP(16) in train mode: the default dropout=0.0 drops nothing"):
+            x = torch.randn(2, 5, 16)
+            mlp.train()
+            got = call(mlp, x.clone(), what="mlp(x) in train mode")
+            mlp.eval()
+            expect_close(got, reference(x), "the MLP's output in train mode", mistakes=_mlp_mistakes(reference, x),
+                         hint=FIXED_DROPOUT.format(ctor="nn.Dropout(dropout)"))
 
         with case("MLP(16, d_hidden=24)"):
             reference2 = ref.MLP(d, 24).eval()
@@ -557,8 +569,18 @@ def TransformerBlock(cls):
             with case(label):
                 args = (x.clone(),) if mask is None else (x.clone(), mask)
                 got = call(block, *args, what="block(x)" if mask is None else "block(x, mask)")
-                expect_close(got, reference(x, mask), "the block's output", atol=1e-5, rtol=1e-4,
+                expect_close(got, reference(x, mask), "the block's output", atol=1e-5, rtol=1e-4, names="B T C",
                              mistakes=_block_mistakes(reference, x, mask))
+
+        with case("x [2, 5, 16] in train mode: the default dropout=0.0 drops nothing"):
+            x = torch.randn(2, 5, 16)
+            block.train()
+            got = call(block, x.clone(), what="block(x) in train mode")
+            block.eval()
+            expect_close(got, reference(x), "the block's output in train mode", atol=1e-5, rtol=1e-4,
+                         mistakes=_block_mistakes(reference, x, None),
+                         hint=FIXED_DROPOUT.format(ctor="MultiHeadAttention(..., dropout=dropout) and "
+                                                        "MLP(..., dropout=dropout)"))
 
         with case("causality: changing the last token of x [2, 5, 16]"):
             x = torch.randn(2, 5, 16)
@@ -587,4 +609,35 @@ def TransformerBlock(cls):
                 raise Mismatch("dropout=0.5 has no effect in train mode: the dropout argument is ignored",
                                hint="pass it on: MultiHeadAttention(d_model, n_heads, causal=True, dropout=dropout) "
                                     "and MLP(d_model, dropout=dropout)")
-    return "7 cases, with and without a padding mask, causal, dropout"
+            # each part must get it: a block that passes dropout to only one of them changes too
+            for part, ctor in (("attn", "MultiHeadAttention(d_model, n_heads, causal=True, dropout=dropout)"),
+                               ("mlp", "MLP(d_model, dropout=dropout)")):
+                sub = getattr(block2, part, None)
+                if not isinstance(sub, torch.nn.Module):
+                    continue
+                h_in = reference2.ln1(x) if part == "attn" else reference2.ln2(x)
+                sub.eval()
+                calm = call(sub, h_in.clone(), what=f"block.{part}(x) in eval mode")
+                sub.train()
+                noisy = call(sub, h_in.clone(), what=f"block.{part}(x) in train mode")
+                if isinstance(noisy, torch.Tensor) and isinstance(calm, torch.Tensor) and torch.allclose(noisy, calm, atol=1e-6):
+                    raise Mismatch(f"TransformerBlock(16, 4, dropout=0.5): `{part}` has no dropout in train mode",
+                                   ["the block's output changes in train mode, so some dropout is on, but not in "
+                                    f"`{part}`"], hint=f"pass the dropout argument on to every part: self.{part} = {ctor}")
+
+    # n_heads = 4 = d_model // n_heads above: a second shape, so n_heads and d_head cannot be swapped unseen
+    d2, h2 = 16, 2
+    with case(f"TransformerBlock({d2}, {h2}): 2 heads of width 8"):
+        reference3 = _randomise(ref.TransformerBlock(d2, h2)).eval()
+        block3 = _build_block(cls, reference3, d2, h2)
+        block3.eval()
+        x = torch.randn(2, 5, d2)
+        swapped = ref.TransformerBlock(d2, d2 // h2).eval()
+        swapped.load_state_dict(reference3.state_dict())
+        with torch.no_grad():
+            got = call(block3, x.clone(), what="block(x)")
+            expect_close(got, reference3(x), "the block's output", atol=1e-5, rtol=1e-4, mistakes=[
+                ("the attention has d_model // n_heads heads: pass n_heads itself, "
+                 "MultiHeadAttention(d_model, n_heads, ...), not the width of a head", lambda: swapped(x)),
+            ] + _block_mistakes(reference3, x, None))
+    return "8 cases, with and without a padding mask, causal, dropout in each part, 2 and 4 heads"

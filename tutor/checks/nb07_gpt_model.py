@@ -123,7 +123,8 @@ def _run_gpt(model, ref_model, ids, mask=None, what="the output of forward (the 
     with torch.no_grad():
         expected = ref_model(ids, mask)
     with torch.no_grad():
-        expect_close(got, expected, what, atol=1e-5, rtol=1e-4, mistakes=_gpt_mistakes(ref_model, ids, mask))
+        expect_close(got, expected, what, atol=1e-5, rtol=1e-4, mistakes=_gpt_mistakes(ref_model, ids, mask),
+                     names="B T V")
     return got
 
 

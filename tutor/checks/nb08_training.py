@@ -310,6 +310,8 @@ def _simulate(model, batches, make_opt, ignore_index, clip, variant="right"):
         logits = model(x)
         if variant == "padding counted":
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        elif variant == "last class":
+            loss = ref.lm_loss(logits, y, logits.shape[-1] - 1)
         else:
             loss = ref.lm_loss(logits, y, ignore_index)
         if variant == "step before backward":
@@ -326,7 +328,7 @@ def _simulate(model, batches, make_opt, ignore_index, clip, variant="right"):
                     torch.nn.utils.clip_grad_norm_([p], clip)
         elif variant == "clip at 1.0":
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        elif variant in ("right", "no zero_grad", "padding counted") and clip is not None:
+        elif variant in ("right", "no zero_grad", "padding counted", "last class") and clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         losses.append(loss.item())
@@ -353,6 +355,11 @@ TRAIN_STEP_MISTAKES = {
                         "torch.nn.utils.clip_grad_norm_(model.parameters(), clip)",
     "unchanged": "the parameters did not change: call loss.backward() and then optimizer.step(), in that order "
                  "(a step before backward has no gradients to use)",
+    "cleared": "the gradients were cleared before the step, so optimizer.step() had nothing to apply: call "
+               "optimizer.zero_grad() once at the start of train_step, before loss.backward(), never between "
+               "backward() and step()",
+    "last class": "you ignore the last class (logits.shape[-1] - 1) instead of the ignore_index argument: "
+                  "pass ignore_index on to lm_loss(logits, y, ignore_index)",
     "padding counted": "the padding targets are counted in the loss: use lm_loss(logits, y, ignore_index)",
 }
 
@@ -369,9 +376,12 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
         try:
             got = call(fn, mine, (xb, yb), opt, ignore_index, what=f"train_step({args_text}), call {i + 1}", **kwargs)
         except LearnerError as e:
-            if "cuda" in str(e.error).lower() or "device" in str(e.error).lower():
+            if is_device_error(e.error):
                 e.hint = ("move the batch to the model's device, whatever it is: device = next(model.parameters()).device, "
                           "then x, y = x.to(device), y.to(device) (don't write \"cuda\" in train_step)")
+            elif "out of bounds" in str(e.error) and ignore_index < 0:
+                e.hint = (f"a padding target ({ignore_index}) reached the loss: ignore the targets equal to the "
+                          f"ignore_index argument (lm_loss(logits, y, ignore_index)), not a class you derive")
             raise
         if isinstance(got, torch.Tensor):
             raise Mismatch("train_step returned a tensor; it should return the loss as a Python float",
@@ -382,6 +392,7 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
         if not (torch.equal(xb, x) and torch.equal(yb, y)):
             raise Mismatch("train_step changed the batch it was given", hint="don't modify x or y in place")
         got_losses.append(float(got))
+    grads_left = [p.grad for p in mine.parameters()]
     reference, expected_losses = _simulate(model, batches, make_opt, ignore_index, clip if pass_clip else 1.0)
     got_p, exp_p = _params(mine), _params(reference)
 
@@ -394,6 +405,8 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
 
     def diagnose_params():
         if _same_params(got_p, _params(model)):
+            if all(g is None or not g.any() for g in grads_left):  # backward ran, yet no gradient is left
+                return TRAIN_STEP_MISTAKES["cleared"]
             return TRAIN_STEP_MISTAKES["unchanged"]
         for variant in variants:
             if variant == "no zero_grad" and len(batches) < 2:
@@ -409,6 +422,13 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
         if not math.isclose(g, e, rel_tol=1e-4, abs_tol=1e-5):
             _, padded = _simulate(model, batches, make_opt, ignore_index, clip, "padding counted")
             hint = TRAIN_STEP_MISTAKES["padding counted"] if math.isclose(g, padded[i], rel_tol=1e-4) else None
+            if hint is None and ignore_index != model_vocab(model) - 1:
+                try:
+                    _, last = _simulate(model, batches, make_opt, ignore_index, clip, "last class")
+                    if math.isclose(g, last[i], rel_tol=1e-4):
+                        hint = TRAIN_STEP_MISTAKES["last class"]
+                except Exception:
+                    pass
             if hint is None and i > 0:
                 hint = diagnose_params()
             raise Mismatch(f"the loss returned by call {i + 1} is wrong",
@@ -416,10 +436,36 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
                            hint or "return the loss of this batch, computed with lm_loss before the step: loss.item()")
     for name, expected in exp_p.items():
         if not torch.allclose(got_p[name], expected, atol=1e-6, rtol=1e-5):
-            raise Mismatch(f"after {len(batches)} call(s) the parameter `{name}` differs from the reference",
+            raise Mismatch(f"after {len(batches)} call(s) the parameter `{name}` of the check's small test model "
+                           f"({describe(model)}) differs from the reference",
                            [first_difference(got_p[name], expected, 1e-6, 1e-5)],
                            diagnose_params() or "zero the gradients, loss, backward, clip, then optimizer.step()")
     return mine
+
+
+def model_vocab(model):
+    return model.config.vocab_size
+
+
+def describe(model):
+    """How a message names the check's own test model (its parameter names are not the learner's)."""
+    if isinstance(model, Toy):
+        return "an nn.Embedding `emb` and an nn.Linear `out`, not a model of yours"
+    return f"a {type(model).__name__} built by the check"
+
+
+def is_device_error(error) -> bool:
+    """Whether an exception says a device is missing or mixed, in the words of any torch build.
+
+    A CPU build says "Torch not compiled with CUDA enabled", a CUDA build on a machine without a GPU
+    "Found no NVIDIA driver on your system" or "No CUDA GPUs are available", ROCm "No HIP GPUs ...",
+    macOS or Linux "MPS backend ..." / "not linked with support for mps devices", and any build
+    "Expected all tensors to be on the same device".
+    """
+    text = str(error).lower()
+    words = ("cuda", "device", "nvidia", "driver", "gpu", "mps", "hip", "rocm", "xpu", "not compiled with",
+             "not linked with support")
+    return any(w in text for w in words)
 
 
 def _sgd(lr):
@@ -462,6 +508,12 @@ def _check_train_step(fn):
         _run_train_step(fn, toy, [b1, b2], _sgd(0.1), I, None, "")
     with case("clip=0.25, SGD(lr=0.1)"):
         _run_train_step(fn, toy, [b1], _sgd(0.1), I, 0.25, "")
+    for other in (0, -100):  # an ignore_index that is not V - 1: the argument must be used, not derived
+        with case(f"ignore_index={other} (the last class, {V - 1}, is a real target here), SGD(lr=0.1)"):
+            batches = [_toy_batch(3, 5, V, [5, 3, 2], other), _toy_batch(2, 4, V, [4, 1], other)]
+            for _, yb in batches:
+                yb[:, 0] = V - 1
+            _run_train_step(fn, toy, batches, _sgd(0.1), other, 1.0, "")
 
     with case("a small GPT (V=28, 2 layers) with AdamW, a padded batch of names"):
         config = ref.GPTConfig(vocab_size=28, max_len=8, d_model=16, n_heads=2, n_layers=2)
@@ -483,7 +535,7 @@ def _check_train_step(fn):
                                     "the caller decides the mode (and `fit` sets it once)")
             if not model.seen:
                 raise Mismatch("train_step never ran the model", hint="logits = model(x)")
-    return "5 cases: clipping on and off, two calls in a row, a GPT with AdamW, modes kept"
+    return "7 cases: clipping on and off, two calls in a row, ignore_index 6, 0 and -100, a GPT with AdamW, modes kept"
 
 
 def ref_batch(names):
@@ -514,7 +566,21 @@ def _eval_candidates(model, loader, ignore_index, max_batches):
 
     k = len(per_batch_sum) if max_batches is None else min(max_batches, len(per_batch_sum))
     means = [s / n for s, n in zip(per_batch_sum[:k], per_batch_n[:k])]
+    last_class = None
+    try:
+        with torch.no_grad():
+            pairs = list(loader)[:k]
+            logits = [model(x) for x, _ in pairs]
+            V = logits[0].shape[-1]
+            if ignore_index != V - 1:
+                total_last = sum(F.cross_entropy(lg.reshape(-1, V), y.reshape(-1), ignore_index=V - 1,
+                                                 reduction="sum").item() for lg, (_, y) in zip(logits, pairs))
+                last_class = total_last / max(sum((y != V - 1).sum().item() for _, y in pairs), 1)
+    except Exception:
+        last_class = None
     return [
+        ("you ignore the last class (logits.shape[-1] - 1) instead of the ignore_index argument: "
+         "use ignore_index=ignore_index", last_class),
         ("you average the batch means; divide the summed loss of all real targets by their number "
          "(batches have different numbers of real targets)", sum(means) / len(means)),
         ("the padding targets are counted: use ignore_index", sum(a * n for a, n in zip(per_batch_all[:k], per_batch_numel[:k])) /
@@ -571,6 +637,13 @@ def _check_evaluate(fn):
         _run_evaluate(fn, toy, loader, I, 2, "")
     with case("max_batches=10, more than there are"):
         _run_evaluate(fn, toy, loader, I, 10, "")
+    for other in (0, -100):  # an ignore_index that is not V - 1: the argument must be used, not derived
+        with case(f"ignore_index={other} (the last class, {V - 1}, is a real target here)"):
+            batches = [_toy_batch(3, 5, V, [5, 5, 4], other), _toy_batch(2, 3, V, [1, 1], other),
+                       _toy_batch(4, 6, V, [6, 2, 3, 1], other)]
+            for _, yb in batches:
+                yb[:, 0] = V - 1
+            _run_evaluate(fn, toy, batches, other, None, "")
     with case("a small GPT on a DataLoader of names, ignore_index=27"):
         from tutor.data import make_loader
 
@@ -600,4 +673,4 @@ def _check_evaluate(fn):
                 raise Mismatch("evaluate switches the model to train mode; it was in eval mode before",
                                hint="restore the mode it found: was_training = model.training at the start, "
                                     "model.train(was_training) at the end (not always model.train())")
-    return "4 loaders, max_batches, no_grad, eval mode, mode restored"
+    return "6 loaders, max_batches, ignore_index 6, 0 and -100, no_grad, eval mode, mode restored"

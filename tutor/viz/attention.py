@@ -95,6 +95,10 @@ def soft_lookup(query, keys, values, key_labels, *, title: str = "a soft diction
         ax.annotate("", (kx, ky), (0, 0), arrowprops=dict(arrowstyle="->", color="tab:gray", lw=1.5))
         norm = math.hypot(kx, ky) or 1.0
         ux, uy = kx / norm, ky / norm  # write the label just beyond the tip, away from the origin
+        if abs(uy) < 0.1:  # a flat arrow: beyond its tip the label would sit on the axis line, in line with it
+            ax.annotate(label, (kx, ky), xytext=(0, 7), textcoords="offset points", color="tab:gray",
+                        ha="center", va="bottom")
+            continue
         ax.annotate(label, (kx, ky), xytext=(10 * ux, 10 * uy), textcoords="offset points", color="tab:gray",
                     ha="left" if ux > 0.3 else "right" if ux < -0.3 else "center",
                     va="bottom" if uy > 0.3 else "top" if uy < -0.3 else "center")

@@ -254,7 +254,7 @@ def activation_functions():
 def precision_picture(x, exact, in_half, in_float32, dtype_name="bfloat16"):
     """The error of two ways to compute a norm of half-precision ``x``, against the exact result."""
     e = exact.detach().double()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
     for label, y, colour, marker in [(f"computed in {dtype_name}", in_half, "tab:red", "o"),
                                      ("computed in float32, rounded at the end", in_float32, "tab:green", "s")]:
         err = y.detach().double() - e
@@ -263,7 +263,7 @@ def precision_picture(x, exact, in_half, in_float32, dtype_name="bfloat16"):
     ax.axhline(0, color="black", lw=0.8)
     ax.set(title=f"LayerNorm of {dtype_name} values near {x.float().mean().item():.0f}: error of each output",
            xlabel="exact output (float64)", ylabel="computed − exact")
-    ax.legend(fontsize=8)
+    # the legend sits under the axes: inside, it hid the lowest red points
+    fig.legend(loc="outside lower center", fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
     return fig

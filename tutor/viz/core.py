@@ -66,10 +66,26 @@ class WithFallback:
         self.png = png
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = dict(self.widget._repr_mimebundle_() or {}) if self.widget is not None else {}
+        bundle = _widget_bundle(self.widget) if self.widget is not None else {}
         bundle["image/png"] = self.png
         bundle["text/plain"] = "(interactive widget: run the notebook to use it; showing a static picture)"
         return bundle
+
+
+def _widget_bundle(widget) -> dict:
+    """The display bundle of an ipywidget, in ipywidgets 8 and in 7 (Colab ships 7.7).
+
+    ipywidgets 7 has no ``_repr_mimebundle_``: its ``_ipython_display_`` sends this same view
+    reference (and runs the widget's on-displayed callbacks, which we run too).
+    """
+    if hasattr(widget, "_repr_mimebundle_"):
+        return dict(widget._repr_mimebundle_() or {})
+    if getattr(widget, "_view_name", None) is None:
+        return {}
+    if hasattr(widget, "_handle_displayed"):
+        widget._handle_displayed()
+    return {"application/vnd.jupyter.widget-view+json":
+            {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}}
 
 
 def interactive(draw, static_kwargs: dict | None = None, **controls):

@@ -65,13 +65,14 @@ def split_picture(T: int = 4, C: int = 8, n_heads: int = 2):
             right[value // C, value % C] = h
         for value in wrong_heads[0, h].flatten().tolist():
             wrong[value // C, value % C] = h
-    fig, axes = plt.subplots(1, 2, figsize=(2 * (0.6 * C + 1.5), 0.55 * T + 1.6))
+    # constrained layout leaves room for the main title above the two-line subplot titles
+    fig, axes = plt.subplots(1, 2, figsize=(2 * (0.6 * C + 1.5), 0.55 * T + 1.7), layout="constrained")
     cmap = plt.matplotlib.colors.ListedColormap([_colour(h) for h in range(n_heads)])
     rows = [f"t={t}" for t in range(T)]
     cols = [str(c) for c in range(C)]
     for ax, owner, title in [
-        (axes[0], right, "x.view(B, T, H, d).transpose(1, 2)\nhead h = columns h·d … (h+1)·d − 1  ✓"),
-        (axes[1], wrong, "x.view(B, H, T, d)  (no transpose)\nhead h = a block of memory, positions mixed  ✗"),
+        (axes[0], right, "✓ x.view(B, T, H, d).transpose(1, 2)\nhead h = columns h·d … (h+1)·d − 1"),
+        (axes[1], wrong, "✗ x.view(B, H, T, d)  (no transpose)\nhead h = a block of memory, positions mixed"),
     ]:
         heatmap(owner, rows, cols, ax=ax, annotate=False, colorbar=False, cmap=cmap, vmin=-0.5,
                 vmax=n_heads - 0.5, title=title, xlabel="column c of x (the width C)", ylabel="position t")
@@ -79,9 +80,11 @@ def split_picture(T: int = 4, C: int = 8, n_heads: int = 2):
             for c in range(C):
                 ax.text(c, t, str(t * C + c), ha="center", va="center", fontsize=8, color="white")
     handles = [Rectangle((0, 0), 1, 1, color=_colour(h)) for h in range(n_heads)]
-    fig.legend(handles, [f"head {h}" for h in range(n_heads)], loc="lower center", ncol=n_heads, frameon=False)
-    fig.suptitle(f"Which head gets each number of x = arange({T * C}).view(1, {T}, {C}), H = {n_heads}", y=1.02)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, [f"head {h}" for h in range(n_heads)], loc="outside lower center", ncol=n_heads,
+               frameon=False)
+    fig.suptitle(f"Which head gets each number of x = arange({T * C}).view(1, {T}, {C}), H = {n_heads}",
+                 fontweight="bold")
+    fig.get_layout_engine().set(h_pad=0.1)  # a clear gap between the main title and the subplot titles
     return fig
 
 

@@ -1,0 +1,133 @@
+"""tutor.data's tiny Shakespeare source: explicit path and environment variable, checksummed cache,
+download (pinned commit, then the branch), offline fallback with its one-line notice; the character
+vocabulary and the 90/10 split. No test touches the network (`_download` is replaced)."""
+
+import hashlib
+
+import pytest
+import torch
+
+from conftest import SHARED
+from tutor import data
+
+SEED = SHARED / "data" / "tinyshakespeare.txt"
+needs_seed_file = pytest.mark.skipif(not SEED.is_file(), reason=f"{SEED} is absent")
+SMALL = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
+
+
+class FakeDownload:
+    def __init__(self, payloads):
+        self.payloads, self.calls = list(payloads), []
+
+    def __call__(self, url, timeout):
+        self.calls.append(url)
+        payload = self.payloads.pop(0)
+        if isinstance(payload, BaseException):
+            raise payload
+        return payload
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    monkeypatch.setenv("TUTOR_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("TUTOR_SHAKESPEARE", "TUTOR_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def no_network(url, timeout):
+        raise AssertionError(f"unexpected download of {url}")
+
+    monkeypatch.setattr(data, "_download", no_network)
+
+
+@pytest.fixture
+def small_is_shakespeare(monkeypatch):
+    """Pretend SMALL is the real file (its checksum becomes the pinned one)."""
+    monkeypatch.setattr(data, "SHAKESPEARE_SHA256", hashlib.sha256(SMALL).hexdigest())
+
+
+@needs_seed_file
+def test_the_shared_file_is_tiny_shakespeare(capsys):
+    text = data.load_shakespeare(SEED)
+    assert len(text) == data.SHAKESPEARE_LENGTH == 1_115_394
+    assert text.startswith("First Citizen:")
+    assert capsys.readouterr().out == "Text: 1,115,394 characters from tinyshakespeare.txt, checksum verified\n"
+    vocab = data.CharVocab.from_text(text)
+    assert vocab.vocab_size == 65 and vocab.chars == data.SHAKESPEARE_CHARS
+    assert hashlib.sha256(SEED.read_bytes()).hexdigest() == data.SHAKESPEARE_SHA256
+
+
+def test_explicit_path_and_environment_variable(tmp_path, monkeypatch, capsys):
+    f = tmp_path / "mine.txt"
+    f.write_bytes(SMALL)
+    assert data.load_shakespeare(f) == SMALL.decode()
+    assert capsys.readouterr().out == f"Text: {len(SMALL)} characters from mine.txt\n"
+    monkeypatch.setenv("TUTOR_SHAKESPEARE", str(f))
+    loaded = data.load_shakespeare_with_source(verbose=False)
+    assert loaded.source == "file" and "(TUTOR_SHAKESPEARE)" in loaded.notice
+    monkeypatch.setenv("TUTOR_SHAKESPEARE", str(tmp_path / "missing.txt"))
+    with pytest.raises(FileNotFoundError, match="TUTOR_SHAKESPEARE"):
+        data.load_shakespeare()
+
+
+def test_download_tries_the_pinned_commit_then_the_branch_and_caches(monkeypatch, small_is_shakespeare, capsys):
+    fake = FakeDownload([OSError("boom"), SMALL])
+    monkeypatch.setattr(data, "_download", fake)
+    loaded = data.load_shakespeare_with_source()
+    assert loaded.source == "download" and loaded.text == SMALL.decode()
+    assert fake.calls == list(data.SHAKESPEARE_URLS)
+    assert "d1d7aa34fdb3626174bce1d753e6cc6845ce7087" in fake.calls[0] and "/master/" in fake.calls[1]
+    assert capsys.readouterr().out.count("\n") == 1  # one line
+    # the next load reads the cache, without the network
+    monkeypatch.setattr(data, "_download", FakeDownload([]))
+    assert data.load_shakespeare_with_source(verbose=False).source == "cache"
+
+
+def test_a_corrupted_cache_is_deleted_and_replaced(monkeypatch, small_is_shakespeare):
+    cached = data.cache_dir() / data.SHAKESPEARE_FILENAME
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(SMALL[:10])  # truncated
+    monkeypatch.setattr(data, "_download", FakeDownload([SMALL]))
+    loaded = data.load_shakespeare_with_source(verbose=False)
+    assert loaded.source == "download" and "failed its checksum" in loaded.notice
+    assert cached.read_bytes() == SMALL
+
+
+def test_wrong_checksum_download_falls_back_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(data, "_download", FakeDownload([b"tampered", b"tampered"]))
+    text = data.load_shakespeare()
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "offline fallback" in out and "checksum mismatch" in out
+    assert "names" in out
+    assert set(text) <= set("abcdefghijklmnopqrstuvwxyz\n") and len(text) > 10_000
+    assert not (data.cache_dir() / data.SHAKESPEARE_FILENAME).exists()
+
+
+def test_offline_never_downloads(capsys):
+    loaded = data.load_shakespeare_with_source(offline=True)
+    assert loaded.source == "fallback"
+    assert "offline: no download tried" in capsys.readouterr().out
+
+
+def test_char_vocab_round_trip_and_errors():
+    vocab = data.CharVocab.from_text("To be, or not to be\n")
+    assert vocab.chars == "\n ,Tbenort"
+    ids = vocab.encode("not to be")
+    assert vocab.decode(ids) == "not to be" and vocab.decode(torch.tensor(ids)) == "not to be"
+    assert vocab.tensor("be").dtype == torch.long
+    with pytest.raises(KeyError, match="'z'"):
+        vocab.encode("zoo")
+
+
+def test_split_is_the_first_90_percent_then_the_rest():
+    train, val = data.split_text(torch.arange(100))
+    assert torch.equal(train, torch.arange(90)) and torch.equal(val, torch.arange(90, 100))
+    with pytest.raises(ValueError):
+        data.split_text(torch.arange(10), 1.0)
+
+
+@needs_seed_file
+def test_shakespeare_data_bundle():
+    d = data.shakespeare_data(SEED, verbose=False)
+    assert d.vocab.vocab_size == 65
+    assert len(d.train) == 1_003_854 and len(d.val) == 111_540
+    assert d.vocab.decode(d.train[:14]) == "First Citizen:"

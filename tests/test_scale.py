@@ -1,0 +1,209 @@
+"""python -m tutor.scale and the training engine under it: data parallelism with two Gloo processes,
+exact resume in a fresh process, checkpoints that survive a bad write, gradient accumulation.
+
+All runs use the tiny preset on a tiny text, so the whole file takes seconds on 2 cores."""
+
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import ROOT
+from tutor import data, scale
+from tutor import trainer as tr
+
+TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
+        "First Citizen:\nYou are all resolved rather to die than to famish?\n") * 40
+
+TINY = ["--preset", "tiny", "--max-steps", "6", "--sample", "0", "--quiet", "--dropout", "0"]
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT)
+    return path
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank, world, port, argv, code):
+    """What torchrun does for one process: set the environment, run the script."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)
+    code.value = scale.main(argv)
+
+
+@pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()) or not sys.platform.startswith("linux"),
+                    reason="needs Gloo and fork")
+def test_two_gloo_processes_equal_one_process_with_the_combined_batch(tmp_path, text_file):
+    argv = TINY + ["--data", str(text_file), "--out-dir", str(tmp_path / "ddp")]
+    ctx = multiprocessing.get_context("fork")
+    port = _free_port()
+    codes = [ctx.Value("i", -1) for _ in range(2)]
+    procs = [ctx.Process(target=_rank_main, args=(r, 2, port, argv, codes[r])) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert all(p.exitcode == 0 for p in procs) and [c.value for c in codes] == [0, 0]
+    saved = tr.load_training_state(tmp_path / "ddp" / "last.pt")
+    assert len(saved["streams"]) == 2  # both ranks' data positions are in the checkpoint
+    assert not torch.equal(saved["streams"][0]["generator"], saved["streams"][1]["generator"])
+
+    # one process, each step on the two ranks' batches side by side
+    text = data.shakespeare_data(text_file, verbose=False)
+    config = scale.config_from_args(scale.make_parser().parse_args(argv), torch.device("cpu"))
+    config = replace(config, vocab_size=text.vocab.vocab_size)
+    model = tr.make_model(config)
+    streams = [tr.RandomWindows(text.train, config.block_size, config.batch_size, seed=config.seed, rank=r)
+               for r in range(2)]
+
+    class Combined:
+        def __next__(self):
+            (x0, y0), (x1, y1) = next(streams[0]), next(streams[1])
+            return torch.cat([x0, x1]), torch.cat([y0, y1])
+
+    val = tr.fixed_batches(text.val, config.block_size, config.batch_size, config.eval_batches)
+    tr.fit(model, Combined(), val, config, step_fn=tr.accumulate_step, ignore_index=scale.IGNORE_NONE,
+           progress=False)
+    for name, p in model.state_dict().items():
+        torch.testing.assert_close(saved["model"][name], p, atol=2e-5, rtol=1e-4, msg=name)
+
+
+def _run(args, cwd):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TUTOR_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "tutor.scale", *args], cwd=cwd, env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr + out.stdout
+    return out
+
+
+def test_resume_in_a_fresh_process_is_exact(tmp_path, text_file):
+    base = ["--preset", "tiny", "--max-steps", "8", "--sample", "0", "--quiet", "--data", str(text_file)]
+    # N steps in one go (in this process)
+    assert scale.main(base + ["--out-dir", str(tmp_path / "one")]) == 0
+    # N/2 steps, save and stop; a fresh process resumes and does the other N/2 (dropout is on: RNG states matter)
+    out = _run(base + ["--out-dir", str(tmp_path / "two"), "--stop-after", "4"], tmp_path)
+    assert "stopped early" in out.stdout
+    half = tr.load_training_state(tmp_path / "two" / "last.pt")
+    assert half["step"] == 4
+    _run(base + ["--out-dir", str(tmp_path / "two"), "--resume"], tmp_path)
+    a = tr.load_training_state(tmp_path / "one" / "last.pt")
+    b = tr.load_training_state(tmp_path / "two" / "last.pt")
+    assert a["step"] == b["step"] == 8
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    assert a["history"]["train_loss"] == b["history"]["train_loss"]
+    assert a["history"]["val_loss"] == b["history"]["val_loss"]
+    for ga, gb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert torch.equal(ga["exp_avg_sq"], gb["exp_avg_sq"])
+
+
+def test_a_truncated_or_corrupted_checkpoint_is_a_clear_error_and_the_previous_survives(tmp_path):
+    path = tmp_path / "last.pt"
+    tr.save_training_state(path, {"step": 1, "w": torch.arange(1000.0)})
+    tr.save_training_state(path, {"step": 2, "w": torch.arange(1000.0)})
+    previous = tr.previous_checkpoint(path)
+    assert tr.load_training_state(previous)["step"] == 1
+    good = path.read_bytes()
+
+    path.write_bytes(good[: len(good) // 2])  # truncated
+    with pytest.raises(tr.CheckpointError, match="truncated or corrupted") as info:
+        tr.load_training_state(path)
+    assert str(previous) in str(info.value)
+    corrupted = bytearray(good)
+    corrupted[-100] ^= 0xFF  # one flipped byte inside the tensor data
+    path.write_bytes(bytes(corrupted))
+    with pytest.raises(tr.CheckpointError, match="checksum"):
+        tr.load_training_state(path)
+    path.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(tr.CheckpointError, match="not a checkpoint"):
+        tr.load_training_state(path)
+    assert tr.load_training_state(previous)["step"] == 1  # untouched all along
+
+
+def test_a_write_that_fails_half_way_leaves_the_last_checkpoint_intact(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    tr.save_training_state(path, {"step": 1})
+    before = path.read_bytes()
+    real_fsync = os.fsync
+
+    def crash(fd):
+        raise KeyboardInterrupt  # Ctrl-C (or a full disk) in the middle of writing
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(KeyboardInterrupt):
+        tr.save_training_state(path, {"step": 2})
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left behind
+
+
+def test_the_script_reports_a_corrupted_checkpoint_without_a_traceback(tmp_path, text_file):
+    out_dir = tmp_path / "run"
+    out_dir.mkdir()
+    (out_dir / "last.pt").write_bytes(b"garbage")
+    code = scale.main(["--preset", "tiny", "--max-steps", "2", "--quiet", "--data", str(text_file),
+                       "--out-dir", str(out_dir), "--resume"])
+    assert code == 2
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    torch.manual_seed(0)
+    config = replace(scale.PRESETS["tiny"], dropout=0.0, vocab_size=11)
+    a = tr.make_model(config)
+    b = tr.make_model(config)
+    x = torch.randint(0, 11, (8, 16))
+    y = torch.randint(0, 11, (8, 16))
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.5), torch.optim.SGD(b.parameters(), lr=0.5)
+    la = tr.accumulate_step(a, (x, y), opt_a, -100)
+    lb = tr.accumulate_step(b, [(x[:4], y[:4]), (x[4:], y[4:])], opt_b, -100)
+    assert abs(la - lb) < 1e-6
+    assert not torch.equal(a.head.weight, tr.make_model(config).head.weight)  # the step did something
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5)
+
+
+def test_random_windows_state_restores_the_stream():
+    data_ = torch.arange(500)
+    s = tr.RandomWindows(data_, 8, 4, seed=3)
+    next(s)
+    state = s.state_dict()
+    expected = next(s)
+    t = tr.RandomWindows(data_, 8, 4, seed=3)
+    t.load_state_dict(state)
+    got = next(t)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    other_rank = next(tr.RandomWindows(data_, 8, 4, seed=3, rank=1))
+    assert not torch.equal(other_rank[0], next(tr.RandomWindows(data_, 8, 4, seed=3))[0])
+
+
+def test_mfu_and_peak_table():
+    peak, note = tr.peak_flops("cpu", override_tflops=2.0)
+    assert peak == 2e12 and "--peak-tflops" in note
+    assert tr.mfu(1000.0, 6_000_000, 1e12) == pytest.approx(0.006)
+
+
+def test_modern_model_choice_is_clear_when_notebook_09_is_absent():
+    from tutor import reference
+
+    config = replace(scale.PRESETS["tiny"], model="modern")
+    if hasattr(reference, "ModernGPT"):
+        assert tr.model_class(config) is reference.ModernGPT
+    else:
+        with pytest.raises(ValueError, match="ModernGPT"):
+            tr.model_class(config)
+    assert tr.model_class(replace(config, model="tutor.reference.model:GPT")) is reference.GPT
