@@ -20,7 +20,11 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # before tokenizers is imported
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+_shared = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # the seed copy beside the repository
+if _shared.exists():
+    os.environ.setdefault("TUTOR_SHAKESPEARE", str(_shared))
 
 from tutor import bpe_vs_chars as payoff  # noqa: E402
 from tutor.reference.tokenizer import GPT2_PATTERN, BPETokenizer, train_bpe, train_bpe_naive  # noqa: E402
@@ -139,7 +143,7 @@ def main():
     args = parser.parse_args()
     import torch
 
-    text = payoff.load_text(verbose=False)
+    text = payoff.load_text(verbose=True)  # says where the text came from
     if args.quick:
         text = text[:len(text) // 5]
     print(f"tiny Shakespeare, {len(text):,} characters; torch {torch.__version__}; {os.cpu_count()} CPUs; "
