@@ -58,6 +58,8 @@ NOTEBOOKS = [
              "rotary attention, a Llama-style block and GPT, a key/value cache and cached sampling", 90),
     Notebook(10, "10_scaling_up", "Scaling up: Shakespeare, mixed precision and many GPUs",
              "random text windows, FLOPs and MFU, exact resume, data parallelism with torch.distributed", 90),
+    Notebook(11, "11_tokenization", "Tokenization: byte-pair encoding",
+             "a byte-level BPE trainer and tokenizer that match tiktoken; characters vs BPE tokens in bits per byte", 90),
 ]
 
 
@@ -119,6 +121,12 @@ EXERCISES = [
     _ex("get_batch", 10, "get_batch(data: LongTensor[N], block_size, batch_size, generator=None) -> (x, y)"),
     _ex("flops_per_token", 10, "flops_per_token(n_params, n_layers, d_model, block_size) -> int"),
     _ex("average_gradients", 10, "average_gradients(model): every .grad becomes its mean over all processes"),
+    # 11
+    _ex("count_pairs", 11, "count_pairs(ids: list[int], counts=None) -> dict[(int, int), int]"),
+    _ex("merge_pair", 11, "merge_pair(ids: list[int], pair: (int, int), new_id: int) -> list[int]"),
+    _ex("train_bpe", 11, "train_bpe(text, vocab_size, special_tokens=()) -> (vocab: dict[int, bytes], merges: list[(bytes, bytes)])"),
+    _ex("BPETokenizer", 11, "BPETokenizer(vocab, merges, special_tokens=None) with encode(text), decode(ids), encode_iterable(lines)"),
+    _ex("bits_per_byte", 11, "bits_per_byte(loss, n_tokens, n_bytes) -> float"),
 ]
 
 BY_NAME = {e.name: e for e in EXERCISES}

@@ -16,3 +16,4 @@ from tutor.checks.nb07_gpt_model import *  # noqa: F401,F403
 from tutor.checks.nb08_training import *  # noqa: F401,F403
 from tutor.checks.nb09_modern_gpt import *  # noqa: F401,F403
 from tutor.checks.nb10_scaling_up import *  # noqa: F401,F403
+from tutor.checks.nb11_tokenization import *  # noqa: F401,F403

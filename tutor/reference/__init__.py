@@ -17,3 +17,6 @@ from tutor.reference.model import GPTConfig, GPT, generate  # noqa: F401
 from tutor.reference.model import ModernConfig, ModernGPT, generate_cached, swiglu_hidden  # noqa: F401
 from tutor.reference.training import lm_loss, lr_schedule, train_step, evaluate  # noqa: F401
 from tutor.reference.scaling import get_batch, flops_per_token, average_gradients  # noqa: F401
+from tutor.reference.tokenizer import (  # noqa: F401
+    count_pairs, merge_pair, train_bpe, train_bpe_naive, BPETokenizer, bits_per_byte, GPT2_PATTERN,
+)

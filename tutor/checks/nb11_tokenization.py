@@ -1,0 +1,554 @@
+"""Checks for notebook 11: byte-pair encoding (count_pairs, merge_pair, train_bpe, BPETokenizer,
+bits_per_byte). Every case uses a short text, so each check runs in a fraction of a second."""
+
+import math
+
+import torch
+
+from tutor.checks._core import LearnerError, Mismatch, NotDone, call, case, check, error_details, expect_equal
+from tutor.reference import tokenizer as ref
+
+__all__ = ["count_pairs", "merge_pair", "train_bpe", "BPETokenizer", "bits_per_byte"]
+
+EOT = "<|endoftext|>"
+
+
+def _ids_list(got, what):
+    if got is None:
+        raise Mismatch(f"{what} returned None", hint="return the new list (did you forget `return`?)")
+    if isinstance(got, torch.Tensor):
+        raise Mismatch(f"{what} returned a tensor; it should return a list of ints", hint="build a Python list")
+    if not isinstance(got, list):
+        raise Mismatch(f"{what} returned {type(got).__name__}; it should return a list of ints",
+                       hint="return a list, e.g. `merged = []` ... `return merged`" if isinstance(got, (tuple, str)) else None)
+    return got
+
+
+# --- count_pairs ---------------------------------------------------------------------------------
+
+
+@check("count_pairs")
+def count_pairs(fn):
+    cases = [[5, 6, 5, 6, 5, 6, 5], [1, 2, 3, 1, 2], [7, 7, 7], [104, 105], [42], []]
+    with case("twice without `counts`", hint_on_error=None):
+        first = dict(call(fn, [1, 2], what="count_pairs([1, 2])"))
+        second = call(fn, [1, 2], what="count_pairs([1, 2]) (a second call)")
+        if dict(second) != {(1, 2): 1} and dict(second) != first:
+            raise Mismatch("a second call without `counts` returns the counts of the first call added in",
+                           [f"first call:  {first}", f"second call: {dict(second)} (expected {{(1, 2): 1}})"],
+                           hint="`def count_pairs(ids, counts={})` shares one dict between all calls: "
+                                "use counts=None and `if counts is None: counts = {}`")
+    for ids in cases:
+        with case(repr(ids)):
+            before = list(ids)
+            got = call(fn, ids, what=f"count_pairs({ids})")
+            expected = ref.count_pairs(ids)
+            if got is None:
+                raise Mismatch("count_pairs returned None", hint="return the dictionary of counts")
+            if not isinstance(got, dict):
+                raise Mismatch(f"count_pairs returned {type(got).__name__}; it should return a dict {{(a, b): count}}")
+            if ids != before:
+                raise Mismatch("count_pairs changed the list it was given", hint="only read `ids`")
+            got = dict(got)
+            if got == expected:
+                continue
+            keys = list(got)
+            if any(not (isinstance(k, tuple) and len(k) == 2) for k in keys):
+                raise Mismatch("the keys should be pairs (a, b) of adjacent ids",
+                               [f"expected {expected}", f"got      {got}"],
+                               hint="loop over zip(ids, ids[1:]) and use each (a, b) tuple as the key")
+            keys = list(got)
+            if any(not (isinstance(k, tuple) and len(k) == 2) for k in keys):
+                raise Mismatch("the keys should be pairs (a, b) of adjacent ids",
+                               [f"expected {expected}", f"got      {got}"],
+                               hint="loop over zip(ids, ids[1:]) and use each (a, b) tuple as the key")
+            no_overlap, i = {}, 0
+            while i < len(ids) - 1:
+                no_overlap[(ids[i], ids[i + 1])] = no_overlap.get((ids[i], ids[i + 1]), 0) + 1
+                i += 2 if ids[i] == ids[i + 1] else 1
+            if got == no_overlap:
+                raise Mismatch("overlapping pairs are not all counted", [f"expected {expected}", f"got      {got}"],
+                               hint="count every adjacent pair, overlapping ones too: [7, 7, 7] holds (7, 7) twice")
+            if got == {pair: 1 for pair in expected}:
+                raise Mismatch("every pair is counted once, not as often as it occurs",
+                               [f"expected {expected}", f"got      {got}"],
+                               hint="add 1 to the pair's count each time you see it: counts[pair] = counts.get(pair, 0) + 1")
+            if len(ids) > 1 and got == ref.count_pairs(ids + ids[:1]):
+                raise Mismatch("a pair from the last id back to the first is counted",
+                               [f"expected {expected}", f"got      {got}"],
+                               hint="pairs are neighbours in the list; the list does not wrap around")
+            if len(ids) > 1 and got == ref.count_pairs(ids[:-1]):
+                raise Mismatch("the last pair is missing", [f"expected {expected}", f"got      {got}"],
+                               hint="a list of n ids has n - 1 pairs: zip(ids, ids[1:]), or i in range(len(ids) - 1)")
+            expect_equal(got, expected, f"count_pairs({ids})")
+    with case("counts={(1, 2): 5, (9, 9): 1} given"):
+        counts = {(1, 2): 5, (9, 9): 1}
+        got = call(fn, [1, 2, 3], counts, what="count_pairs([1, 2, 3], counts)")
+        if got is not counts:
+            raise Mismatch("with `counts` given, count_pairs must add to that dict in place and return it",
+                           [f"returned {dict(got) if isinstance(got, dict) else got!r}", f"counts is now {counts}"],
+                           hint="only create a new dict when counts is None; otherwise update the one given and return it")
+        if counts != {(1, 2): 6, (9, 9): 1, (2, 3): 1}:
+            raise Mismatch("with `counts` given, the pairs must be added to the counts already there",
+                           ["expected {(1, 2): 6, (9, 9): 1, (2, 3): 1}", f"got      {counts}"],
+                           hint="counts[pair] = counts.get(pair, 0) + 1 adds; counts[pair] = 1 overwrites")
+    return "8 cases"
+
+
+# --- merge_pair ----------------------------------------------------------------------------------
+
+
+@check("merge_pair")
+def merge_pair(fn):
+    cases = [
+        ([1, 2, 3, 1, 2], (1, 2), 256),
+        ([5, 1, 2, 1, 2, 9], (1, 2), 257),
+        ([7, 7, 7], (7, 7), 300),
+        ([7, 7, 7, 7], (7, 7), 300),
+        ([3, 4, 3, 4], (4, 3), 261),
+        ([1, 2], (2, 1), 258),
+        ([8, 9], (8, 9), 259),
+        ([], (1, 2), 260),
+    ]
+    for ids, pair, new_id in cases:
+        label = f"merge_pair({ids}, {pair}, {new_id})"
+        with case(label):
+            before = list(ids)
+            got = call(fn, ids, pair, new_id, what=label)
+            if got is None and ids != before:
+                raise Mismatch("merge_pair changed the list in place and returned None",
+                               hint="build and return a new list; leave `ids` as it was")
+            got = _ids_list(got, label)
+            if ids != before:
+                raise Mismatch("merge_pair changed the list it was given",
+                               [f"ids was {before}, now {ids}"], hint="build a new list: merged = [] ... return merged")
+            expected = ref.merge_pair(ids, pair, new_id)
+            if got == expected:
+                continue
+            details = [f"expected {expected}", f"got      {got}"]
+            a, b = pair
+            if ids[:3] == [7, 7, 7] and got == ref.merge_pair(ids[::-1], pair[::-1], new_id)[::-1]:
+                raise Mismatch("the pairs are merged from the right", details,
+                               hint="go left to right: [7, 7, 7] with (7, 7) gives [new_id, 7]")
+            if ids[:3] == [7, 7, 7] and all(x in (7, new_id) for x in got) and len(got) < len(expected):
+                raise Mismatch("overlapping occurrences of the pair were merged", details,
+                               hint="occurrences may not overlap: go left to right and after a merge skip both ids "
+                                    "(i += 2), so [7, 7, 7] with (7, 7) gives [new_id, 7]")
+            either, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) in (pair, (b, a)):
+                    either.append(new_id)
+                    i += 2
+                else:
+                    either.append(ids[i])
+                    i += 1
+            if a != b and got == either:
+                raise Mismatch("(b, a) was merged as well as (a, b)", details,
+                               hint="a pair is ordered: ids[i] == pair[0] and ids[i + 1] == pair[1]")
+            if a != b and got == ref.merge_pair(ids, (b, a), new_id):
+                raise Mismatch("the pair was matched the other way round", details,
+                               hint="a pair is ordered: ids[i] == pair[0] and ids[i + 1] == pair[1]")
+            first = list(ids)
+            for i in range(len(ids) - 1):
+                if (ids[i], ids[i + 1]) == pair:
+                    first = ids[:i] + [new_id] + ids[i + 2:]
+                    break
+            if got == first:
+                raise Mismatch("only the first occurrence is merged", details,
+                               hint="keep going after a merge: every occurrence of the pair becomes new_id")
+            no_skip, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    no_skip += [new_id, ids[i + 1]]
+                    i += 2
+                else:
+                    no_skip.append(ids[i])
+                    i += 1
+            if got == no_skip:
+                raise Mismatch("the second id of each pair is kept after new_id", details,
+                               hint="skip both ids of the pair after a merge: append new_id, then i += 2")
+            if len(got) > len(ids):
+                raise Mismatch("the result is longer than the input: the pair's ids are kept as well as new_id", details,
+                               hint="append new_id instead of the two ids of the pair, and skip both (i += 2)")
+            if ids and got == expected[:-1]:
+                raise Mismatch("the last id is missing", details,
+                               hint="after the loop, an id left at the end still belongs to the result: "
+                                    "loop while i < len(ids) and check i + 1 < len(ids) before looking at the pair")
+            expect_equal(got, expected, label)
+    return f"{len(cases)} cases"
+
+
+# --- train_bpe -----------------------------------------------------------------------------------
+
+TRAIN_TEXT = ("the cat sat on the mat. the cat ate the rat! that's that, isn't it? "
+              "3 cats,  33 rats and 333 mats.\n\n  Then  the  end. ") * 2
+TIE_TEXT = "ab ab cd cd xyz xyz"  # (a, b) and (c, d) tie: the greater, (c, d), comes first
+SPECIAL_TEXT = ("to be<|endoftext|>or not<|endoftext|>to be<|endoftext|><|endoftext|>"
+                "that is<|endoftext|>the question<|endoftext|>") * 3
+TRAIN_CASES = [
+    ("a short English text, vocab_size=290", TRAIN_TEXT, 290, ()),
+    ("ties, vocab_size=262", TIE_TEXT, 262, ()),
+    ("a text with the special token <|endoftext|>, vocab_size=272", SPECIAL_TEXT, 272, (EOT,)),
+]
+
+
+def _state_before(text, special_tokens, merges):
+    """The reference's pre-tokens (as id lists), their counts and the vocab after ``merges``."""
+    words, freqs = ref._words(text, list(special_tokens))
+    vocab = {i: bytes([i]) for i in range(256)}
+    by_bytes = {bytes([i]): i for i in range(256)}
+    for a, b in merges:
+        new_id = len(vocab)
+        pair = (by_bytes[a], by_bytes[b])
+        words = [ref.merge_pair(w, pair, new_id) for w in words]
+        vocab[new_id] = a + b
+        by_bytes[a + b] = new_id
+    counts, unweighted = {}, {}
+    for w, f in zip(words, freqs):
+        for pair, n in ref.count_pairs(w).items():
+            counts[(vocab[pair[0]], vocab[pair[1]])] = counts.get((vocab[pair[0]], vocab[pair[1]]), 0) + n * f
+            unweighted[(vocab[pair[0]], vocab[pair[1]])] = unweighted.get((vocab[pair[0]], vocab[pair[1]]), 0) + n
+    return counts, unweighted, by_bytes
+
+
+def _diagnose_merge(text, special_tokens, merges, k, got_pair, expected_pair, got_merges=()):
+    """Why merge ``k`` is ``got_pair`` instead of ``expected_pair``: a hint, or None."""
+    counts, unweighted, by_bytes = _state_before(text, special_tokens, merges[:k])
+    merged = got_pair[0] + got_pair[1]
+    if any(b" " in x + y for x, y in merges) and not any(b" " in x + y for x, y in got_merges):
+        return ("the spaces were dropped: GPT-2's pre-tokens keep the space before a word (' the'); split with "
+                "the pattern, regex.findall(GPT2_PATTERN, text), not with str.split()")
+    if got_pair not in counts:
+        if any(s.encode()[i:i + 2] == merged[:2] or merged in s.encode() for s in special_tokens for i in range(len(s))):
+            return ("a special token was counted and merged: split the text on the special tokens first and "
+                    "count nothing inside them (or across them)")
+        pieces = [p for p, special in ref.split_on_special(text, special_tokens) if not special]
+        joined = "".join(pieces).encode()
+        if special_tokens and merged in joined and all(merged not in p.encode() for p in pieces):
+            return ("a pair across a special token was counted: the text on each side of a special token is "
+                    "pre-tokenized on its own, never joined")
+        if any(ch in merged.strip() for ch in b" \n") or merged.endswith((b" ", b"\n")) and not merged.strip() == b"":
+            return ("pairs are counted across pre-tokens (or without pre-tokenizing): split the text with GPT-2's "
+                    "pattern first and count pairs only inside each pre-token")
+        return ("this pair never occurs inside one of GPT-2's pre-tokens: pre-tokenize with the pattern "
+                "(regex.findall(GPT2_PATTERN, text)) and count pairs only inside each pre-token")
+    if counts[got_pair] == counts[expected_pair]:
+        tied = [p for p in counts if counts[p] == counts[expected_pair]]
+        if got_pair == min(tied):
+            return ("a tie was broken the wrong way: among the most frequent pairs take the lexicographically "
+                    "greater one, compared as (bytes, bytes): max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))")
+        if got_pair == max(tied, key=lambda p: (by_bytes[p[0]], by_bytes[p[1]])):
+            return ("a tie was broken by comparing ids: compare the pairs' bytes, (vocab[a], vocab[b]), "
+                    "not their ids")
+        return ("a tie was broken by which pair came first (max returns the first of equal counts): compare "
+                "the pairs' bytes, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])")
+    if counts[got_pair] < counts[expected_pair]:
+        if max(unweighted.values()) == unweighted.get(got_pair):
+            return ("each distinct pre-token is counted once: weight its pairs by how often the pre-token occurs")
+        return f"(b{got_pair!r} occurs {counts[got_pair]} times, {expected_pair!r} {counts[expected_pair]} times)"
+    return None
+
+
+def _expect_train_result(got, text, vocab_size, special_tokens, label):
+    expected_vocab, expected_merges = ref.train_bpe(text, vocab_size, list(special_tokens))
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise Mismatch(f"{label} should return a tuple (vocab, merges), got {type(got).__name__}",
+                       hint="return vocab, merges")
+    vocab, merges = got
+    if not isinstance(vocab, dict):
+        raise Mismatch(f"vocab should be a dict {{id: bytes}}, got {type(vocab).__name__}")
+    if not isinstance(merges, list):
+        raise Mismatch(f"merges should be a list of (bytes, bytes) pairs, got {type(merges).__name__}",
+                       hint="merges.append((vocab[a], vocab[b])) after each merge" if isinstance(merges, dict) else None)
+    odd = next((m for m in merges if not (isinstance(m, tuple) and len(m) == 2
+                                          and all(isinstance(x, bytes) for x in m))), None)
+    if odd is not None:
+        hint = ("store the bytes of the two tokens, (vocab[a], vocab[b]), not their ids"
+                if isinstance(odd, tuple) and all(isinstance(x, int) for x in odd) else None)
+        raise Mismatch(f"every merge should be a pair (bytes, bytes), got {odd!r}", hint=hint)
+    odd = next((v for v in vocab.values() if not isinstance(v, bytes)), None)
+    if odd is not None:
+        raise Mismatch(f"vocab's values should be bytes, got a {type(odd).__name__}: {odd!r:.30}",
+                       hint="bytes([i]) for the single bytes, vocab[a] + vocab[b] for a merge, token.encode('utf-8') for a special token")
+    specials = [s.encode() for s in special_tokens]
+    if specials and any(vocab.get(i) == s for i, s in enumerate(specials)) and vocab.get(0) != b"\x00":
+        raise Mismatch("the special tokens were given the first ids",
+                       [f"vocab[0] = {vocab.get(0)!r}"],
+                       hint="ids 0-255 are the single bytes (id = byte value), then the merges, then the special tokens")
+    wrong_byte = next((i for i in range(256) if vocab.get(i) != bytes([i])), None)
+    if wrong_byte is not None:
+        raise Mismatch(f"vocab[{wrong_byte}] should be the single byte {bytes([wrong_byte])!r}, got {vocab.get(wrong_byte)!r}",
+                       hint="start from vocab = {i: bytes([i]) for i in range(256)}")
+    if len(vocab) != len(expected_vocab):
+        diff = len(vocab) - len(expected_vocab)
+        hint = ("vocab_size counts all three kinds of ids: 256 bytes + merges + special tokens, so learn "
+                "vocab_size - 256 - len(special_tokens) merges")
+        if abs(diff) == 1:
+            hint = "vocab_size is off by one: " + hint
+        raise Mismatch(f"vocab has {len(vocab)} entries, expected {len(expected_vocab)} (vocab_size={vocab_size})",
+                       [f"{len(merges)} merges, expected {len(expected_merges)}"], hint=hint)
+    n_merges = len(expected_merges)
+    if specials:
+        tail = [vocab.get(i) for i in range(256 + len(merges), 256 + len(merges) + len(specials))]
+        if tail != specials:
+            early = [vocab.get(i) for i in range(256, 256 + len(specials))]
+            hint = ("the special tokens come last, after the merges"
+                    if early == specials else "each special token gets one id after the merges, in the order given")
+            raise Mismatch("the special tokens do not have the last ids", [f"expected {specials} at the end, got {tail}"], hint)
+    for k, (got_pair, expected_pair) in enumerate(zip(merges, expected_merges)):
+        if got_pair != expected_pair:
+            hint = _diagnose_merge(text, special_tokens, expected_merges, k, got_pair, expected_pair, merges)
+            raise Mismatch(f"merge {k} (id {256 + k}) is wrong",
+                           [f"expected {expected_pair!r}, got {got_pair!r}", f"merges before it: {expected_merges[:k][-6:]}"],
+                           hint)
+    for i in range(256, 256 + n_merges):
+        a, b = merges[i - 256]
+        if vocab[i] != a + b:
+            raise Mismatch(f"vocab[{i}] should be the two merged tokens joined, {a + b!r}, got {vocab[i]!r}",
+                           hint="vocab[new_id] = vocab[a] + vocab[b]")
+    expect_equal(vocab, expected_vocab, "vocab")
+
+
+@check("train_bpe")
+def train_bpe(fn):
+    for label, text, vocab_size, special_tokens in TRAIN_CASES:
+        with case(label):
+            call_label = f"train_bpe(text, {vocab_size}{', ' + repr(list(special_tokens)) if special_tokens else ''})"
+            got = call(fn, text, vocab_size, list(special_tokens), what=call_label) if special_tokens else \
+                call(fn, text, vocab_size, what=call_label)
+            _expect_train_result(got, text, vocab_size, special_tokens, call_label)
+    with case("vocab_size=257 with 2 special tokens (too small)"):
+        try:
+            got = fn("abc", 257, ["<a>", "<b>"])
+        except NotImplementedError:
+            raise NotDone() from None
+        except ValueError:
+            pass
+        except Exception as error:
+            raise Mismatch(f"a vocab_size that is too small raised {type(error).__name__}, expected a ValueError",
+                           [f"{type(error).__name__}: {error}"],
+                           hint="check first: if vocab_size < 256 + len(special_tokens): raise ValueError(...)")
+        else:
+            raise Mismatch("train_bpe accepted vocab_size=257 with 2 special tokens, which need 258 ids",
+                           [f"it returned {type(got).__name__}"],
+                           hint="check first: if vocab_size < 256 + len(special_tokens): raise ValueError(...)")
+    return "3 texts and a too small vocab_size"
+
+
+# --- BPETokenizer --------------------------------------------------------------------------------
+
+TOKENIZER_TEXT = (TRAIN_TEXT + "aaaa abab ababab. Don't we'll 1234 12345. ") * 2
+DOUBLE = EOT + EOT
+ENCODE_CASES = [
+    "the cat sat on the mat.",
+    "Then  the   end,\n\n  that's it!",
+    "a new word: catamaran 2024",
+    "thehe hehe theheh",
+    "the end.\n zebra",
+    "é and 😀",
+    f"the end{EOT}the start{DOUBLE}{EOT}x",
+    "",
+]
+
+
+def _tokenizer_parts():
+    vocab, merges = ref.train_bpe(TOKENIZER_TEXT, 320)
+    return vocab, merges
+
+
+def _by_frequency(tok, text):
+    """The mistake: at encode time, merge the most frequent pair of the pre-token that has a merge."""
+    out = []
+    for piece, special in tok._pieces(text):
+        if special:
+            out.append(tok.special_ids[piece])
+            continue
+        ids = list(piece.encode())
+        while True:
+            counts = ref.count_pairs(ids)
+            candidates = [p for p in counts if p in tok.ranks]
+            if not candidates:
+                break
+            pair = max(candidates, key=lambda p: counts[p])
+            ids = ref.merge_pair(ids, pair, tok.merged[pair])
+        out += ids
+    return out
+
+
+def _without_pretokens(tok, text):
+    """The mistake: the merges applied to the whole text (per special-token piece), not per pre-token."""
+    out = []
+    for piece, special in ref.split_on_special(text, tok.special_tokens):
+        if special:
+            out.append(tok.special_ids[piece])
+            continue
+        ids = list(piece.encode())
+        for (a, b) in tok.merges:
+            pair = (tok.byte_to_id[a], tok.byte_to_id[b])
+            ids = ref.merge_pair(ids, pair, tok.merged[pair])
+        out += ids
+    return out
+
+
+def _encode_mistakes(tok, text):
+    plain = ref.BPETokenizer(tok.vocab, tok.merges)  # no special tokens: they are split like text
+    shortest = ref.BPETokenizer(tok.vocab, tok.merges, [EOT])
+    return [
+        ("the merges were applied by how often each pair occurs in the text being encoded; apply them in the "
+         "order they were learned: at each step merge the pair with the lowest rank (earliest merge)",
+         lambda: _by_frequency(tok, text)),
+        ("the text was not pre-tokenized: split it with GPT-2's pattern first and apply the merges inside "
+         "each pre-token", lambda: _without_pretokens(tok, text)),
+        ("a special token was split into ordinary tokens: split the text on the special tokens first and give "
+         "each its own id", lambda: plain.encode(text)),
+        ("of two overlapping special tokens the shorter was taken: try the longest first "
+         "(sort the special tokens by length, longest first, in the pattern)", lambda: shortest.encode(text)),
+    ]
+
+
+def _build(cls, vocab, merges, special_tokens, label):
+    return call(cls, dict(vocab), list(merges), special_tokens, what=label)
+
+
+def _method(obj, name, label):
+    method = getattr(obj, name, None)
+    if method is None:
+        raise Mismatch(f"your tokenizer has no method `{name}`", hint=f"define def {name}(self, ...) in the class")
+    return method
+
+
+@check("BPETokenizer")
+def BPETokenizer(cls):
+    vocab, merges = _tokenizer_parts()
+    specials = [EOT, DOUBLE]
+    label = "BPETokenizer(vocab, merges, ['<|endoftext|>', '<|endoftext|><|endoftext|>'])"
+    with case("building the tokenizer", hint_on_error="a special token missing from vocab gets the next free id; "
+                                                      "where two ids hold the same bytes, use the lower"):
+        tok = _build(cls, vocab, merges, specials, label)
+    reference = ref.BPETokenizer(vocab, merges, specials)
+    encode = _method(tok, "encode", label)
+    decode = _method(tok, "decode", label)
+    for text in ENCODE_CASES:
+        hint = "a special token missing from vocab gets the next free id" if EOT in text else None
+        with case(f"encode({text!r})", hint_on_error=hint):
+            got = _ids_list(call(encode, text, what=f"encode({text!r})"), f"encode({text!r})")
+            expected = reference.encode(text)
+            if got != expected:
+                cause = next((d for d, make in _encode_mistakes(reference, text) if make() == got), None)
+                if cause is None and len(got) == len(expected) and sorted(set(got) - set(expected)) and all(
+                        reference.vocab.get(g) == reference.vocab.get(e) for g, e in zip(got, expected)):
+                    cause = "two ids hold the same bytes and you used the higher one: use the lower id"
+                n = len(vocab)
+                if cause is None and EOT in text and [i for i in got if i >= n] != [i for i in expected if i >= n]:
+                    cause = ("the special tokens have the wrong ids: one missing from vocab gets the next free id, "
+                             "in the order given")
+                raise Mismatch(f"encode({text!r}) is wrong", [f"expected {expected}", f"got      {got}"], cause)
+    with case("decode"):
+        for text in ENCODE_CASES:
+            ids = reference.encode(text)
+            try:
+                got = call(decode, list(ids), what=f"decode({ids})")
+            except LearnerError as e:
+                raise Mismatch(f"decode raised an exception on the ids of {text!r}", error_details(e),
+                               hint=("decode the joined bytes with .decode('utf-8', errors='replace'), "
+                                     "joining first: a character may be split over two tokens")
+                               if isinstance(e.error, UnicodeDecodeError) else e.hint) from None
+            if got != text:
+                by_token = "".join(reference.vocab[i].decode("utf-8", errors="replace") for i in ids)
+                hint = ("each token was decoded on its own, which breaks a character split over two tokens: "
+                        "join all the bytes first, b''.join(...), then decode once") if got == by_token else None
+                expect_equal(got, text, f"decode(encode({text!r}))", hint=hint)
+    with case("decode of half a character, [0xC3] (the first byte of 'é')"):
+        try:
+            got = call(decode, [0xC3], what="decode([0xC3])")
+        except LearnerError as e:
+            raise Mismatch("decode raised an exception on bytes that are not valid UTF-8", error_details(e),
+                           hint="use .decode('utf-8', errors='replace'): invalid bytes become '\\ufffd' (�)") from None
+        if got == "":
+            raise Mismatch("decode dropped bytes that are not valid UTF-8",
+                           [f"expected {chr(0xFFFD)!r}, got ''"],
+                           hint="errors='ignore' hides them; use errors='replace' so they show as '\\ufffd' (�)")
+        expect_equal(got, "\ufffd", "decode([0xC3])", hint="use .decode('utf-8', errors='replace')")
+    with case("a vocab with the same bytes twice ('the' at a second, higher id)"):
+        doubled = dict(vocab)
+        doubled[len(doubled)] = b" the"
+        tok2 = _build(cls, doubled, merges, None, "BPETokenizer(vocab, merges)")
+        got = _ids_list(call(tok2.encode, "the cat, the hat", what="encode('the cat, the hat')"), "encode")
+        expected = reference.encode("the cat, the hat")
+        if got != expected:
+            cause = ("two ids hold the same bytes and you used the higher one: build the bytes-to-id table so that "
+                     "the lower id wins") if len(doubled) - 1 in got else None
+            raise Mismatch("encode('the cat, the hat') is wrong", [f"expected {expected}", f"got      {got}"],
+                           cause)
+    with case("encode_iterable on lines"):
+        lines = ["First line.\n", "  indented line\n", "\n", "  the end", EOT, " of it\n"]
+        whole = "".join(lines)
+        iterate = _method(tok, "encode_iterable", label)
+        got = call(lambda: list(iterate(iter(lines))), what="list(encode_iterable(lines))")
+        expected = reference.encode(whole)
+        if got != expected:
+            cause = None
+            if got == [i for line in lines for i in reference.encode(line)]:
+                cause = ("each line was encoded on its own; GPT-2's pattern joins a line's '\\n' to the spaces that "
+                         "start the next line, so keep the end of a line and encode it together with what follows")
+            elif got in ([i for line in lines for i in reference.encode(line.rstrip("\n"))],
+                         reference.encode("".join(line.rstrip("\n") for line in lines)),
+                         reference.encode("".join(line.strip() for line in lines))):
+                cause = "the line ends were dropped: lines from a file keep their '\\n'; don't strip them"
+            raise Mismatch("encode_iterable(lines) gives other ids than encode(''.join(lines))",
+                           [f"expected {expected}", f"got      {got}"], cause)
+    with case("a special token missing from the vocab"):
+        tok3 = _build(cls, vocab, merges, ["<|pad|>"], "BPETokenizer(vocab, merges, ['<|pad|>'])")
+        got = _ids_list(call(tok3.encode, "a<|pad|>", what="encode('a<|pad|>')"), "encode")
+        expected = [97, len(vocab)]
+        expect_equal(got, expected, "encode('a<|pad|>')",
+                     hint=f"a special token that is not in vocab gets the next free id, here {len(vocab)}")
+        back = call(tok3.decode, expected, what=f"decode({expected})")
+        expect_equal(back, "a<|pad|>", f"decode({expected})", hint="add the new special token to the vocab too")
+    return f"{len(ENCODE_CASES)} texts, decode, encode_iterable and special tokens"
+
+
+# --- bits_per_byte -------------------------------------------------------------------------------
+
+
+@check("bits_per_byte")
+def bits_per_byte(fn):
+    ln2 = math.log(2)
+    cases = [(1.8, 100, 100), (2.0, 50, 200), (torch.tensor(3.2), 300, 1000), (0.693, 7, 3), (math.log(2), 10, 10)]
+    for loss, n_tokens, n_bytes in cases:
+        shown = f"bits_per_byte({float(loss):g}{' (a 0-d tensor)' if isinstance(loss, torch.Tensor) else ''}, {n_tokens}, {n_bytes})"
+        with case(shown):
+            try:
+                got = call(fn, loss, n_tokens, n_bytes, what=shown)
+            except LearnerError as e:
+                hint = e.hint
+                if "item" in str(e.error) or "float" in str(e.error):
+                    hint = "loss may be a float or a 0-d tensor: float(loss) works for both"
+                raise Mismatch(f"{shown} raised an exception", error_details(e), hint) from None
+            if isinstance(got, torch.Tensor):
+                raise Mismatch(f"{shown} returned a tensor; it should return a Python float",
+                               hint="float(loss) * n_tokens / (n_bytes * math.log(2))")
+            if isinstance(got, str):
+                raise Mismatch(f"{shown} returned a string; it should return a float", hint="don't format the number")
+            if not isinstance(got, (float, int)):
+                raise Mismatch(f"{shown} returned {type(got).__name__}; it should return a float")
+            L = float(loss)
+            expected = L * n_tokens / (n_bytes * ln2)
+            if math.isclose(got, expected, rel_tol=1e-6):
+                continue
+            mistakes = [
+                ("the ln 2 is missing: a loss in nats becomes bits when divided by ln 2 (math.log(2))",
+                 L * n_tokens / n_bytes),
+                ("multiplied by ln 2 instead of dividing: bits = nats / ln 2", L * n_tokens / n_bytes * ln2),
+                ("this is bits per token: multiply by n_tokens / n_bytes to get bits per byte", L / ln2),
+                ("the ratio is upside down: the total loss is loss * n_tokens, shared over n_bytes bytes",
+                 L * n_bytes / (n_tokens * ln2)),
+                ("n_tokens // n_bytes is an integer division: use /", L * (n_tokens // n_bytes) / ln2),
+                ("this uses log base 10: bits need ln 2", L * n_tokens / (n_bytes * math.log(10))),
+                ("the result is in bits per token per byte: loss * n_tokens / n_bytes, not loss / n_bytes",
+                 L / (n_bytes * ln2)),
+            ]
+            cause = next((d for d, v in mistakes if not math.isclose(v, expected, rel_tol=1e-9)
+                          and math.isclose(got, v, rel_tol=1e-6)), None)
+            raise Mismatch(f"{shown} is wrong", [f"expected {expected:.6g}, got {got:.6g}"], cause)
+    return f"{len(cases)} cases"
