@@ -1,15 +1,23 @@
-"""Benchmark: train notebook 08's model on the 100,364 names and time the fused attention kernel.
+"""Benchmark: train notebook 08's model on the 100,364 names, against the old CPU preset.
 
-    python benchmarks/train_names.py                          # the notebook's CPU configuration
+    python benchmarks/train_names.py                  # the CPU preset, 3 seeds, and the old preset once (~8 min)
+    python benchmarks/train_names.py --seeds 1 --no-old   # one run of the CPU preset (~2 min)
+    python benchmarks/train_names.py --quick          # a smoke test: 200 steps of each, 1 seed
     python benchmarks/train_names.py --device cuda --bf16 --compile   # the GPU configuration
 
-It prints, from one run: the wall time of training, the steps, the tokens per second, the
-validation loss over every predicted character and over every character but the first letter
-(the figure comparable with the source article's 1.92: its model is given the first letter), and
-the time of one training step of the reference GPT with the hand-written attention against the
-same model (same weights, same outputs, asserted) using ``F.scaled_dot_product_attention``, and
-with ``F.layer_norm`` as well, with their ratios. ``--threads N`` overrides the configuration's
-CPU threads (1).
+The CPU preset (``tutor.trainer.CPU_CONFIG``) trains on length-bucketed batches
+(``tutor.data.make_sortish_loader``); the old preset (``OLD_CPU_CONFIG``) on the padded batches of
+``make_loader``, as it did before. Both are evaluated on the same held-out names, the same way.
+
+It prints, from one run, for each preset side by side: the wall time of training, the steps and
+steps per second, the tokens (real target characters) per second, the validation loss over every
+predicted character and over every character but the first letter (the figure comparable with the
+source article's 1.92: its model is given the first letter), the mean over the seeds, and the goal
+line: <= 1.80 excluding the first letter within 120 s (met / NOT met). Then the ratios of speed
+(new / old), measured twice: over the whole runs, and step by step in alternation (fair on a busy
+machine), and what the new preset would take at the old preset's measured speed on an idle 2-core
+CPU (105.6 s for 2,200 steps). Last, the time of one training step with the hand-written attention
+against ``F.scaled_dot_product_attention`` and ``F.layer_norm`` (same weights, same outputs, asserted).
 
 The training loop is ``tutor.trainer.fit``: the very loop the notebook runs.
 """
@@ -31,11 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from tutor import data  # noqa: E402
 from tutor.reference import GPT, PAD_Y  # noqa: E402
-from tutor.reference import training as tr  # noqa: E402
+from tutor import trainer as tr  # noqa: E402
 
 ALLNAMES = Path(__file__).resolve().parents[2] / "shared/data/allnames.txt"
 ARTICLE_VAL_LOSS = 1.92  # the source article's validation loss (its model is given the first letter)
 GOAL = 1.80  # what the CPU configuration should reach, excluding the first letter, within 2 minutes
+GOAL_SECONDS = 120.0
+OLD_IDLE_SECONDS, OLD_IDLE_STEPS = 105.6, 2200  # OLD_CPU_CONFIG measured on an idle 2-core CPU (1 thread)
 
 
 def load():
@@ -50,13 +60,16 @@ def sync(device):
 
 
 def time_steps(models, batches, device, config, rounds):
-    """Median seconds of one ``train_step`` for each model, measured in alternation (fair under load)."""
+    """Median seconds of one ``train_step`` for each model, measured in alternation (fair under load).
+
+    ``batches`` is a list of batches (the same for every model) or one list per model."""
     optimizers = [tr.make_optimizer(m, config) for m in models]
     runners = [tr.AutocastBF16(m) if (config.bf16 and device.type == "cuda") else m for m in models]
+    per_model = batches if isinstance(batches[0], list) else [batches] * len(models)
     times = [[] for _ in models]
     for r in range(rounds + 3):
-        batch = batches[r % len(batches)]
         for i, (runner, opt) in enumerate(zip(runners, optimizers)):
+            batch = per_model[i][r % len(per_model[i])]
             sync(device)
             start = time.perf_counter()
             tr.train_step(runner, batch, opt, PAD_Y, clip=config.clip)
@@ -91,14 +104,44 @@ def kernel_benchmark(config, device, train_names, rounds):
     return times, max(diffs)
 
 
+def train(config, device, train_names, val_loader, sortish):
+    """One run of ``fit``: returns a dict of the figures the tables print."""
+    make = data.make_sortish_loader if sortish else data.make_loader
+    model = tr.make_model(config, device)
+    train_loader = make(train_names, batch_size=config.batch_size, seed=config.seed)
+    history = tr.fit(model, train_loader, val_loader, config, progress=sys.stderr.isatty())
+    losses = tr.val_losses(model, val_loader)
+    return {"seconds": history.seconds, "steps": config.steps, "tokens_per_s": history.tokens_per_second,
+            "steps_per_s": config.steps / history.seconds, "all": losses["all"],
+            "excl": losses["excluding_first"], "params": sum(p.numel() for p in model.parameters())}
+
+
+def mean(runs, key):
+    return statistics.fmean(r[key] for r in runs)
+
+
+def step_ratio(new, old, device, train_names, rounds):
+    """Median seconds of one training step of each preset (its own batches), measured in alternation."""
+    models = [tr.make_model(c, device) for c in (new, old)]
+    new_batches = [b for b, _ in zip(data.make_sortish_loader(train_names, batch_size=new.batch_size, seed=1),
+                                     range(40))]
+    old_batches = [b for b, _ in zip(data.make_loader(train_names, batch_size=old.batch_size, seed=1), range(40))]
+    (t_new, t_old) = time_steps(models, [new_batches, old_batches], device, new, rounds)
+    return t_new, t_old
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
     parser.add_argument("--bf16", action="store_true", help="CUDA: forward pass under bf16 autocast")
     parser.add_argument("--compile", action="store_true", help="CUDA: torch.compile the model")
     parser.add_argument("--steps", type=int, default=None, help="override the number of training steps")
-    parser.add_argument("--rounds", type=int, default=20, help="timed steps per attention variant")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    parser.add_argument("--seeds", type=int, default=3, help="runs of the preset, seeds 0, 1, ... (default 3)")
+    parser.add_argument("--no-old", action="store_true", help="skip the old CPU preset")
+    parser.add_argument("--old", action="store_true", help="train only the old CPU preset (OLD_CPU_CONFIG), once")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 200 steps of each preset, 1 seed")
+    parser.add_argument("--rounds", type=int, default=20, help="timed steps per variant in the step benchmarks")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the preset's, 1)")
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
@@ -112,52 +155,93 @@ def main(argv=None):
     if (args.bf16 or args.compile) and device.type != "cuda":
         print("--bf16 and --compile only act on CUDA; ignoring them on", device.type)
     config = tr.config_for(device)
+    old = replace(tr.OLD_CPU_CONFIG)
+    seeds = 1 if args.quick else args.seeds
     if args.threads:
-        config = replace(config, cpu_threads=args.threads)
+        config, old = replace(config, cpu_threads=args.threads), replace(old, cpu_threads=args.threads)
     if device.type == "cpu" and config.cpu_threads:
         torch.set_num_threads(config.cpu_threads)  # for the whole run (fit sets it for training anyway)
     if device.type == "cuda":
         config = replace(config, bf16=args.bf16, compile=args.compile)
         torch.backends.cuda.matmul.allow_tf32 = True
-    if args.steps:
-        config = replace(config, steps=args.steps, warmup_steps=min(config.warmup_steps, args.steps // 5))
+    steps = 200 if args.quick and not args.steps else args.steps
+    if steps:
+        config = replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 5))
+        old = replace(old, steps=steps, warmup_steps=min(old.warmup_steps, steps // 5))
+    with_old = device.type == "cpu" and not args.no_old
+    with_new = not args.old
     gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__} on {device} ({gpu_name}), {os.cpu_count()} CPUs")
-    print(f"config: {config.describe()}, bf16={config.bf16}, compile={config.compile}")
+    if with_new:
+        print(f"new preset: {config.describe()}, {config.cpu_threads} thread(s), length-bucketed batches, "
+              f"bf16={config.bf16}, compile={config.compile}")
+    if with_old:
+        print(f"old preset: {old.describe()}, {old.cpu_threads} thread(s), padded batches")
 
     names = load()
     train_names, val_names = data.split_names(names, val_fraction=0.1, seed=0)
-    model = tr.make_model(config, device)
-    n_params = sum(p.numel() for p in model.parameters())
-    train_loader = data.make_loader(train_names, batch_size=config.batch_size, seed=config.seed)
     val_loader = data.make_loader(val_names, batch_size=512, shuffle=False)
-
-    history = tr.fit(model, train_loader, val_loader, config, progress=sys.stderr.isatty())
-    losses = tr.val_losses(model, val_loader)
     bigram = tr.val_losses(tr.BigramModel(train_names).to(device), val_loader)
 
-    (t_hand, t_sdpa, t_fused), diff = kernel_benchmark(config, device, train_names, args.rounds)
+    columns = []  # (label, runs)
+    if with_new:
+        runs = []
+        for seed in range(seeds):
+            runs.append(train(replace(config, seed=seed), device, train_names, val_loader, sortish=True))
+            print(f"  new preset, seed {seed}: {runs[-1]['excl']:.3f} excluding the first letter "
+                  f"in {runs[-1]['seconds']:.1f} s", flush=True)
+        columns.append(("new preset" + (f" (mean of {seeds})" if seeds > 1 else ""), runs))
+    if with_old:
+        run = train(old, device, train_names, val_loader, sortish=False)
+        print(f"  old preset, seed 0: {run['excl']:.3f} excluding the first letter in {run['seconds']:.1f} s",
+              flush=True)
+        columns.append(("old preset", [run]))
 
     print()
-    print(f"{'training':<44}{history.seconds:>10.1f} s wall, {config.steps} steps, {n_params:,} parameters")
-    print(f"{'tokens per second (real target characters)':<44}{history.tokens_per_second:>10,.0f}")
-    print(f"{'':<44}{'all chars':>10} {'excl. 1st':>10}")
-    print(f"{'validation loss: bigram counts':<44}{bigram['all']:>10.3f} {bigram['excluding_first']:>10.3f}")
-    print(f"{'validation loss: source article':<44}{'':>10} {ARTICLE_VAL_LOSS:>10.3f}")
-    print(f"{'validation loss: this run':<44}{losses['all']:>10.3f} {losses['excluding_first']:>10.3f}")
-    goal_met = losses["excluding_first"] <= GOAL
-    if device.type == "cpu":
-        in_time = history.seconds <= 120
-        print(f"goal (CPU): <= {GOAL} excluding the first letter within 120 s: "
-              f"{'met' if goal_met and in_time else 'NOT met'}")
-    print()
-    print(f"one training step, batch {config.batch_size} (median of {args.rounds}, measured alternately; "
-          f"outputs agree to {diff:.1e}):")
-    print(f"{'  hand-written attention and LayerNorm':<52}{t_hand * 1000:>8.2f} ms")
-    print(f"{'  F.scaled_dot_product_attention':<52}{t_sdpa * 1000:>8.2f} ms"
-          f"   hand-written / fused attention = {t_hand / t_sdpa:.2f} x")
-    print(f"{'  F.scaled_dot_product_attention + F.layer_norm':<52}{t_fused * 1000:>8.2f} ms"
-          f"   hand-written / fused kernels   = {t_hand / t_fused:.2f} x")
+    print(f"{'':<42}" + "".join(f"{label:>22}" for label, _ in columns))
+    rows = [("parameters", "params", "{:,.0f}"), ("steps", "steps", "{:,.0f}"),
+            ("training wall time (s)", "seconds", "{:.1f}"), ("steps per second", "steps_per_s", "{:.1f}"),
+            ("tokens per second (real targets)", "tokens_per_s", "{:,.0f}"),
+            ("validation loss, all characters", "all", "{:.3f}"),
+            ("validation loss, excluding the 1st letter", "excl", "{:.3f}")]
+    for title, key, fmt in rows:
+        print(f"{title:<42}" + "".join(f"{fmt.format(mean(runs, key)):>22}" for _, runs in columns))
+    print(f"{'bigram counts (all / excl. 1st)':<42}{bigram['all']:>14.3f} / {bigram['excluding_first']:.3f}")
+    print(f"{'source article (excl. 1st)':<42}{ARTICLE_VAL_LOSS:>22.3f}")
+
+    if with_new and device.type == "cpu":
+        runs = columns[0][1]
+        loss, slowest = mean(runs, "excl"), max(r["seconds"] for r in runs)
+        met = loss <= GOAL and slowest <= GOAL_SECONDS
+        note = " (a --quick or --steps run: not the preset)" if steps else ""
+        print(f"goal (CPU): <= {GOAL} excluding the first letter within {GOAL_SECONDS:.0f} s, mean of {seeds}: "
+              f"{loss:.3f} in at most {slowest:.1f} s: {'met' if met else 'NOT met'}{note}")
+    if with_new and with_old:
+        new_runs, old_run = columns[0][1], columns[1][1][0]
+        t_new, t_old = step_ratio(config, old, device, train_names, args.rounds)
+        whole = mean(new_runs, "seconds") / config.steps / (old_run["seconds"] / old.steps)
+        per_step = t_new / t_old
+        print()
+        print("speed, new / old preset:")
+        print(f"  tokens per second, whole runs                 {mean(new_runs, 'tokens_per_s') / old_run['tokens_per_s']:6.2f} x")
+        print(f"  steps per second, whole runs                  {1 / whole:6.2f} x")
+        print(f"  one training step, in alternation ({args.rounds} rounds)  "
+              f"{t_new * 1000:.1f} ms vs {t_old * 1000:.1f} ms: {1 / per_step:.2f} x")
+        idle_step = OLD_IDLE_SECONDS / OLD_IDLE_STEPS
+        print(f"  the new preset at the old preset's idle speed ({OLD_IDLE_SECONDS} s for {OLD_IDLE_STEPS:,} steps): "
+              f"{config.steps * idle_step * whole:.1f} s (whole runs), "
+              f"{config.steps * idle_step * per_step:.1f} s (steps in alternation)")
+
+    if with_new:
+        (t_hand, t_sdpa, t_fused), diff = kernel_benchmark(config, device, train_names, args.rounds)
+        print()
+        print(f"one training step, batch {config.batch_size} (median of {args.rounds}, measured alternately; "
+              f"outputs agree to {diff:.1e}):")
+        print(f"{'  hand-written attention and LayerNorm':<52}{t_hand * 1000:>8.2f} ms")
+        print(f"{'  F.scaled_dot_product_attention':<52}{t_sdpa * 1000:>8.2f} ms"
+              f"   hand-written / fused attention = {t_hand / t_sdpa:.2f} x")
+        print(f"{'  F.scaled_dot_product_attention + F.layer_norm':<52}{t_fused * 1000:>8.2f} ms"
+              f"   hand-written / fused kernels   = {t_hand / t_fused:.2f} x")
     return 0
 
 
