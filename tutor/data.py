@@ -411,15 +411,17 @@ class SortishBatchSampler(Sampler):
     Every pass over the data: shuffle all the indices (``torch.Generator`` seeded with ``seed``
     plus the pass number), cut them into pools of ``pool`` batches, sort each pool by length and
     cut it into batches, then shuffle the order of all the batches. Every name is used exactly
-    once per pass, as with ``shuffle=True``; only which names share a batch changes. A pool of
-    ``pool * batch_size`` names holds hundreds of names of every common length, so the names of a
-    batch almost always have the same length.
+    once per pass, as with ``shuffle=True``; only which names share a batch changes: with
+    ``pool=4``, the shortest quarter of a pool, the next quarter, and so on. A larger pool leaves
+    less padding (names of 128: 41% padding unsorted, 18% with pools of 4, 2% with pools of 50)
+    but makes each batch a less varied sample: after 1,500 steps of notebook 08's CPU preset the
+    validation loss was 1.930 unsorted, 1.975 with pools of 4 and 1.999 with pools of 50.
 
     ``lengths[i]`` is the length of item ``i`` (any unit: only the order matters). The last
     batch of a pool may be smaller; ``drop_last=True`` drops those smaller batches.
     """
 
-    def __init__(self, lengths, batch_size: int, seed: int = 0, pool: int = 50, drop_last: bool = False):
+    def __init__(self, lengths, batch_size: int, seed: int = 0, pool: int = 4, drop_last: bool = False):
         if batch_size < 1 or pool < 1:
             raise ValueError(f"batch_size and pool must be at least 1, got {batch_size} and {pool}")
         self.lengths = torch.as_tensor(list(lengths), dtype=torch.long)
@@ -455,7 +457,7 @@ class SortishBatchSampler(Sampler):
         return full * per_pool + last
 
 
-def make_sortish_loader(names, batch_size: int = 64, seed: int = 0, pool: int = 50,
+def make_sortish_loader(names, batch_size: int = 64, seed: int = 0, pool: int = 4,
                         drop_last: bool = False) -> DataLoader:
     """Like ``make_loader(names, batch_size, shuffle=True, seed=seed)``, but each batch holds names
     of (nearly) the same length, so almost nothing is padding (see ``SortishBatchSampler``).
