@@ -173,7 +173,9 @@ def main(argv=None):
     with_sortish = not args.no_sortish
     gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__} on {device} ({gpu_name}), {os.cpu_count()} CPUs")
-    same = "(= OLD_CPU_CONFIG)" if config == tr.OLD_CPU_CONFIG else "(OLD_CPU_CONFIG differs)"
+    old = tr.OLD_CPU_CONFIG
+    same = "(= OLD_CPU_CONFIG" + (", but for the steps)" if steps else ")") \
+        if replace(config, steps=old.steps, warmup_steps=old.warmup_steps) == old else "(OLD_CPU_CONFIG differs)"
     print(f"preset {same}: {config.describe()}, {config.cpu_threads} thread(s), bf16={config.bf16}, "
           f"compile={config.compile}")
 
