@@ -421,3 +421,64 @@ def test_is_full_data_set(monkeypatch, tmp_path, served):
 @needs_seed_file
 def test_the_seed_file_given_as_a_path_counts_as_the_full_data_set():
     assert data.is_full_data_set(data.load_names_with_source(ALLNAMES, verbose=False))
+
+
+# --- length-bucketed ("sortish") batches ------------------------------------------------------------
+
+
+SORTISH_NAMES = ["ann", "bob", "cy", "dorothea", "ed", "flo", "gus", "maximilian", "zoe", "al", "eve", "kate",
+                 "liam", "noah", "olivia", "emma", "jo", "sue", "beatrice", "max"] * 3
+
+
+def test_sortish_batches_use_every_name_once_per_pass():
+    sampler = data.SortishBatchSampler([len(n) for n in SORTISH_NAMES], batch_size=4, seed=0, pool=3)
+    for _ in range(2):
+        batches = list(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(len(SORTISH_NAMES)))
+        assert len(batches) == len(sampler)
+
+
+def test_sortish_batches_group_similar_lengths():
+    lengths = [len(n) for n in SORTISH_NAMES]
+    sampler = data.SortishBatchSampler(lengths, batch_size=4, seed=0, pool=100)  # one pool: fully sorted
+    spreads = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in sampler]
+    shuffled = [b for b in torch.randperm(len(lengths), generator=torch.Generator().manual_seed(0)).split(4)]
+    plain = [max(lengths[i] for i in b.tolist()) - min(lengths[i] for i in b.tolist()) for b in shuffled]
+    assert sum(spreads) < sum(plain) / 3
+    assert max(spreads) <= 2
+
+
+def test_sortish_batches_are_seeded_reshuffled_each_pass_and_served_in_shuffled_order():
+    lengths = [len(n) for n in SORTISH_NAMES]
+    a, b = (data.SortishBatchSampler(lengths, 4, seed=1, pool=100) for _ in range(2))
+    first = list(a)
+    assert first == list(b)  # same seed, same batches
+    assert list(a) != first  # the next pass is shuffled differently
+    assert list(data.SortishBatchSampler(lengths, 4, seed=2, pool=100)) != first
+    widths = [max(lengths[i] for i in batch) for batch in first]
+    assert widths != sorted(widths) and widths != sorted(widths, reverse=True)  # not shortest-first
+
+
+def test_sortish_drop_last_and_len():
+    sampler = data.SortishBatchSampler([3] * 10, batch_size=4, pool=2, drop_last=True)  # pools of 8 and 2
+    assert [len(b) for b in sampler] == [4, 4] and len(sampler) == 2
+    keep = data.SortishBatchSampler([3] * 10, batch_size=4, pool=2)
+    assert sorted(len(b) for b in keep) == [2, 4, 4] and len(keep) == 3
+    with pytest.raises(ValueError):
+        data.SortishBatchSampler([3], batch_size=0)
+
+
+def test_sortish_loader_gives_collate_batches_with_little_padding():
+    loader = data.make_sortish_loader(SORTISH_NAMES, batch_size=4, seed=0, pool=100)
+    seen = []
+    for X, Y in loader:
+        assert X.dtype == Y.dtype == torch.long and X.shape == Y.shape
+        for x, y in zip(X, Y):
+            name = data.decode(x[1:]).strip()
+            assert torch.equal(y[:len(name) + 1], torch.tensor(data.encode(name + " ")))
+            seen.append(name)
+    assert sorted(seen) == sorted(SORTISH_NAMES)
+    plain = data.padding_fraction(data.make_loader(SORTISH_NAMES, batch_size=4, seed=0))
+    assert data.padding_fraction(loader) < plain / 3
+    assert data.padding_fraction(data.make_loader(["abc", "def"], batch_size=2)) == 0.0
+    assert data.padding_fraction(data.make_loader(["a", "abc"], batch_size=2, shuffle=False)) == 2 / 8

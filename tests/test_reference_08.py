@@ -375,3 +375,104 @@ def test_viz_figures_draw(monkeypatch):
         bundle = widget._repr_mimebundle_()
         assert "image/png" in bundle
     vt.LivePlot().update(history)  # outside IPython: does nothing, raises nothing
+
+
+# --- the presets and the time a run takes ----------------------------------------------------------
+
+
+def test_old_cpu_preset_is_kept_by_name():
+    old = tr.OLD_CPU_CONFIG
+    assert (old.d_model, old.n_layers, old.n_heads, old.batch_size, old.steps, old.max_lr, old.cpu_threads) == \
+        (64, 4, 4, 128, 2200, 8e-3, 1)
+
+
+def test_expected_seconds_only_for_the_calibrated_cpu_preset():
+    cpu = tr.config_for("cpu")
+    assert tr.expected_seconds(cpu, "cpu") == pytest.approx(cpu.steps * tr.CPU_SECONDS_PER_STEP)
+    assert tr.expected_seconds(cpu, "cpu") <= 110  # the preset is sized for under 2 minutes on an idle 2-core CPU
+    half = copy.copy(cpu)
+    half.steps = cpu.steps // 2
+    assert tr.expected_seconds(half, "cpu") == pytest.approx(tr.expected_seconds(cpu, "cpu") / 2, rel=0.01)
+    assert tr.expected_seconds(cpu, "cuda") is None
+    assert tr.expected_seconds(tr.config_for("cuda"), "cpu") is None
+    assert tr.expected_seconds(tiny_config(), "cpu") is None
+
+
+def test_format_duration():
+    assert [tr.format_duration(s) for s in (0, 40.4, 59.6, 95, 600)] == ["0 s", "40 s", "1 min 00 s", "1 min 35 s",
+                                                                         "10 min 00 s"]
+
+
+def test_time_report_on_time_shows_the_expected_total_and_no_warning():
+    label, warning = tr.time_report(3000, 50, 50 * 0.036, expected=100.0)  # 108 s: a little slow, fine
+    assert label == "expected 1 min 40 s" and warning is None
+
+
+def test_time_report_on_a_slow_machine_warns_with_the_way_out():
+    label, warning = tr.time_report(3000, 50, 50 * 0.1, expected=100.0)  # on course for 300 s
+    assert "5 min 00 s" in label and "1 min 40 s" in label
+    assert "3.0x slower" in warning and "5 min 00 s" in warning and "1 min 40 s" in warning
+    assert "TUTOR_QUICK=1" in warning and "config.steps" in warning and "goes on" in warning
+
+
+def test_time_report_without_a_calibrated_figure_uses_the_measured_speed():
+    label, warning = tr.time_report(1000, 50, 5.0, expected=None)
+    assert label == "expected 1 min 40 s" and warning is None
+
+
+class FakeClock:
+    """perf_counter for tr.time: each reading is ``tick`` seconds after the one before. ``fit`` reads the
+    clock at the start, at step 5 and step 55 (the timed 50 steps: one tick) and at the end."""
+
+    def __init__(self, tick):
+        self.now, self.tick = 0.0, tick
+
+    def perf_counter(self):
+        self.now += self.tick
+        return self.now
+
+
+def _fit_with_clock(monkeypatch, capsys, tick, expected, steps=120):
+    monkeypatch.setattr(tr, "time", FakeClock(tick))
+    monkeypatch.setattr(tr, "expected_seconds", lambda config, device: expected)
+    config = tiny_config(steps=steps, eval_every=1000)
+    model = tr.make_model(config)
+    history = tr.fit(model, data.make_loader(NAMES * 4, batch_size=4), data.make_loader(NAMES, batch_size=6),
+                     config, progress=True)
+    return history, capsys.readouterr()
+
+
+def test_fit_says_once_that_a_slow_machine_is_slow_and_trains_every_step(monkeypatch, capsys):
+    # 50 steps in 50 s: 120 steps on course for 120 s, against 12 s expected
+    history, out = _fit_with_clock(monkeypatch, capsys, tick=50.0, expected=12.0)
+    assert len(history.train_loss) == 120  # not silently shortened
+    assert out.out.count("slower than an idle 2-core CPU") == 1
+    assert "TUTOR_QUICK=1" in out.out
+    assert "on course for" in out.err  # the progress bar shows it too
+
+
+def test_fit_stays_quiet_on_a_machine_as_fast_as_expected(monkeypatch, capsys):
+    history, out = _fit_with_clock(monkeypatch, capsys, tick=50.0, expected=120.0)
+    assert len(history.train_loss) == 120
+    assert "slower" not in out.out + out.err
+    assert "expected 2 min 00 s" in out.err
+
+
+def test_fit_with_too_few_steps_to_measure_says_nothing(monkeypatch, capsys):
+    history, out = _fit_with_clock(monkeypatch, capsys, tick=50.0, expected=1.0, steps=60)
+    assert len(history.train_loss) == 60 and "slower" not in out.out + out.err
+
+
+def test_padding_picture_draws():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tutor.viz import training as vt
+
+    fig = vt.padding_picture(data.make_loader(NAMES * 8, batch_size=8), data.make_sortish_loader(NAMES * 8, batch_size=8),
+                             rows=8, n_batches=5)
+    assert fig._suptitle is not None and len(fig.axes) == 2
+    for ax in fig.axes:
+        assert "padding" in ax.get_title() and ax.get_xlabel()
+    assert fig.axes[0].get_ylabel()
+    matplotlib.pyplot.close(fig)

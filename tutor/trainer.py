@@ -184,8 +184,13 @@ class TrainConfig:
                 f"{self.steps} steps, lr {self.max_lr:g} → {self.min_lr:g}")
 
 
-# Sized for a laptop CPU (2 cores: about 2 minutes) and for one modern GPU.
+# Sized for a laptop CPU (2 cores: about 1 min 45 s, on the padded batches of ``tutor.data.make_loader``)
+# and for one modern GPU.
 CPU_CONFIG = TrainConfig()
+# The CPU preset as issue 9 found it: 1.893 (excluding the first letter) in 105.6 s on an idle 2-core CPU.
+# Kept by name so that benchmarks compare against it; CPU_CONFIG equals it until a tuned preset is proven.
+OLD_CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=4, batch_size=128, steps=2200, max_lr=8e-3,
+                             min_lr=5e-4, warmup_steps=100, cpu_threads=1)
 GPU_CONFIG = TrainConfig(d_model=256, n_heads=8, n_layers=6, dropout=0.1, batch_size=512, steps=4000,
                          max_lr=1e-3, min_lr=1e-4, warmup_steps=200, eval_every=500, eval_batches=20,
                          bf16=True, compile=True)
@@ -364,19 +369,30 @@ def _in_notebook() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def _progress_bar(total, initial=0):
+def _progress_bar(total, initial=0, expected=None):
     """A tqdm bar: in a notebook one line of output updated in place, on a terminal the usual one on
-    stderr, and plain lines (``PlainProgress``) when stderr is not a terminal (a log file, CI)."""
+    stderr, and plain lines (``PlainProgress``) when stderr is not a terminal (a log file, CI).
+
+    It shows the elapsed and remaining time; ``expected`` (seconds, if known) is shown as the expected total.
+    """
     import sys
 
     from tqdm import tqdm
 
+    desc = "training" if expected is None else f"training (expected {format_duration(expected)})"
     if _in_notebook():
-        return tqdm(total=total, initial=initial, desc="training", unit="step", mininterval=0.5,
-                    file=_NotebookLine(), ncols=100)
+        return tqdm(total=total, initial=initial, desc=desc, unit="step", mininterval=0.5,
+                    file=_NotebookLine(), ncols=130)
     if not sys.stderr.isatty():
         return PlainProgress(total, initial)
-    return tqdm(total=total, initial=initial, desc="training", unit="step", mininterval=0.5)
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", mininterval=0.5)
+
+
+def _wall_clock() -> float:
+    """The progress line's own clock (separate from the one ``fit`` times itself with)."""
+    import time as clock
+
+    return clock.perf_counter()
 
 
 class PlainProgress:
@@ -389,17 +405,24 @@ class PlainProgress:
         self.every = every or max(1, total // 20)
         self.file = file or sys.stderr
         self.postfix = {}
-        self.start = time.perf_counter()
+        self.desc = "training"
+        self.start = _wall_clock()
 
     def update(self, n=1):
         self.n += n
         if self.n % self.every == 0 or self.n == self.total:
             fields = " ".join(f"{k} {v}" for k, v in self.postfix.items())
-            print(f"step {self.n}/{self.total} ({time.perf_counter() - self.start:.0f} s) {fields}".rstrip(),
+            print(f"{self.desc}: step {self.n}/{self.total} ({_wall_clock() - self.start:.0f} s) {fields}".rstrip(),
                   file=self.file, flush=True)
 
     def set_postfix(self, postfix, refresh=False):
         self.postfix = dict(postfix)
+
+    def set_description(self, desc, refresh=False):
+        self.desc = desc
+
+    def write(self, text):
+        print(text, flush=True)  # on stdout, as tqdm.write does
 
     def close(self):
         pass
@@ -416,15 +439,72 @@ def _count_tokens(y, ignore_index) -> int:
     return sum(_count_tokens(part, ignore_index) for part in y)
 
 
+# --- how long a run takes ---------------------------------------------------------------------------
+
+# Seconds per step of ``CPU_CONFIG``'s model and batch size on an idle 2-core CPU, evaluations included, on
+# padded batches: 2,200 steps in 105.6 s (benchmarks/train_names.py).
+CPU_SECONDS_PER_STEP = 105.6 / 2200
+SLOW_FACTOR = 1.5  # projected / expected time above which the progress bar says the machine is slow
+TIMING_STEPS = (5, 55)  # the steps between which the speed of the machine is measured
+
+
+def expected_seconds(config: TrainConfig, device="cpu") -> float | None:
+    """The wall time a run of ``config`` should take on an idle 2-core CPU, or ``None`` when there is no
+    calibrated figure for it (another model or batch size, or not a CPU)."""
+    same = ("d_model", "n_heads", "n_layers", "batch_size", "cpu_threads", "fused_kernels")
+    if torch.device(device).type != "cpu" or any(getattr(config, k) != getattr(CPU_CONFIG, k) for k in same):
+        return None
+    return config.steps * CPU_SECONDS_PER_STEP
+
+
+def format_duration(seconds: float) -> str:
+    """``95`` -> ``'1 min 35 s'``, ``40`` -> ``'40 s'``."""
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def time_report(total_steps: int, steps_timed: int, seconds: float, expected: float | None,
+                slow_factor: float = SLOW_FACTOR) -> tuple[str, str | None]:
+    """From ``seconds`` measured over ``steps_timed`` steps: ``(label, warning)``.
+
+    ``label`` is what the progress bar shows as the expected total; ``warning`` is ``None``, or, when
+    the run is on course to take more than ``slow_factor`` times ``expected``, one sentence saying so
+    and how to shorten the run. The run itself is never shortened.
+    """
+    projected = seconds / max(steps_timed, 1) * total_steps
+    if expected is None:
+        return f"expected {format_duration(projected)}", None
+    if projected <= slow_factor * expected:
+        return f"expected {format_duration(expected)}", None
+    label = f"on course for {format_duration(projected)}; idle 2-core CPU: {format_duration(expected)}"
+    warning = (f"This machine is running about {projected / expected:.1f}x slower than an idle 2-core CPU "
+               f"(busy, or a slower processor): the {total_steps} steps will take about "
+               f"{format_duration(projected)} instead of {format_duration(expected)}. Training goes on. To "
+               "shorten it, interrupt the kernel and set config.steps lower (the validation loss will be "
+               "higher), or set TUTOR_QUICK=1 before starting Jupyter for a smoke test of 60 steps.")
+    return label, warning
+
+
 def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn, ignore_index,
          progress, plot, device, start_step=0, history=None, callback=None, metrics=None):
     history = history if history is not None else History()
     seconds_before = history.seconds
     batches = train_loader if hasattr(train_loader, "__next__") else _batches(train_loader)
-    bar = _progress_bar(config.steps, start_step) if progress else None
+    expected = expected_seconds(config, device)
+    bar = _progress_bar(config.steps, start_step, expected) if progress else None
     model.train()
     start = time.perf_counter()
+    timing_start = None
     for step in range(start_step, config.steps):
+        if step == start_step + TIMING_STEPS[0]:
+            timing_start = time.perf_counter()
+        if (bar is not None and step == start_step + TIMING_STEPS[1]
+                and config.steps - start_step >= 2 * TIMING_STEPS[1]):
+            label, warning = time_report(config.steps - start_step, TIMING_STEPS[1] - TIMING_STEPS[0],
+                                         time.perf_counter() - timing_start, expected)
+            bar.set_description(f"training ({label})", refresh=False)
+            if warning:
+                bar.write(warning)  # once; tqdm prints it above the bar (on stdout)
         lr = lr_fn(step, config.max_lr, config.warmup_steps, config.steps, config.min_lr)
         for group in optimizer.param_groups:
             group["lr"] = lr

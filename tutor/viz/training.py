@@ -31,6 +31,40 @@ def bigram_counts(model, title="bigram counts: how often the column letter follo
     return fig
 
 
+def padding_picture(plain_loader, sortish_loader, rows=32, n_batches=100,
+                    title="what a batch computes: real characters and padding"):
+    """One batch of each loader side by side (its first ``rows`` names, one row each): real targets,
+    padding (computed, then ignored by the loss), and white where the batch ends. Each panel's title
+    gives the share of padding over ``n_batches`` batches."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    from tutor.data import PAD_Y, padding_fraction
+
+    panels = [("plain shuffled batches", plain_loader), ("length-bucketed (sortish) batches", sortish_loader)]
+    batches = [next(iter(loader))[1] for _, loader in panels]
+    width = max(y.shape[1] for y in batches)
+    colours = ListedColormap(["white", "#f4a582", "tab:blue"])  # outside the batch, padding, real
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, (name, loader), y in zip(axes, panels, batches):
+        cells = torch.zeros(min(rows, y.shape[0]), width)
+        cells[:, :y.shape[1]] = 1.0 + (y[:rows] != PAD_Y).float()
+        ax.imshow(cells.numpy(), cmap=colours, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
+        share = padding_fraction(loader, max_batches=n_batches)
+        ax.set_title(f"{name}: {y.shape[0]} names x {y.shape[1]} positions\n"
+                     f"{share:.0%} of the computed positions are padding ({n_batches} batches)", fontsize=10)
+        ax.set_xlabel("position in the batch (one column per character)")
+        ax.set_xticks(range(0, width, 2))
+    axes[0].set_ylabel(f"name in the batch (the first {rows})")
+    fig.legend(handles=[Patch(facecolor="tab:blue", label="real target"),
+                        Patch(facecolor="#f4a582", label="padding: computed, then ignored by the loss"),
+                        Patch(facecolor="white", edgecolor="grey", label="not computed: the batch ends")],
+               loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
 def lr_curve(lr_fn, max_lr, warmup_steps, total_steps, min_lr=0.0, title=None):
     """The learning rate at every step of a run."""
     steps = list(range(0, total_steps + max(1, total_steps // 10)))
