@@ -197,7 +197,13 @@ def cmd_grade(args) -> int:
 def cmd_progress(args) -> int:
     from tutor import tracking
 
-    print(tracking.progress(*args.notebooks_only).text())
+    from tutor.errors import TutorError
+
+    try:
+        print(tracking.progress(*args.notebooks_only).text())
+    except TutorError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
