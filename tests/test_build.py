@@ -629,3 +629,38 @@ def test_run_with_the_full_data_set_is_not_refused():
             os.environ.pop("TUTOR_NAMES")
         else:
             os.environ["TUTOR_NAMES"] = old
+
+
+def _widget_notebook(ids):
+    """A notebook as nbclient leaves it: a widget output and the saved widget state, with ids `ids`."""
+    view = {"model_id": ids[0], "version_major": 2, "version_minor": 0}
+    out = new_output("display_data", data={"application/vnd.jupyter.widget-view+json": view, "text/plain": "x"})
+    nb = new_notebook(cells=[new_code_cell("interactive(f)", outputs=[out], id="widget-cell")])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0, "state": {
+        ids[0]: {"model_name": "VBoxModel", "state": {"children": [f"IPY_MODEL_{ids[1]}"], "layout": f"IPY_MODEL_{ids[2]}"}},
+        ids[1]: {"model_name": "IntSliderModel", "state": {"layout": f"IPY_MODEL_{ids[2]}", "description": "sha 0123456789abcdef0123456789abcdef"}},
+        ids[2]: {"model_name": "LayoutModel", "state": {}},
+    }}}
+    return nb
+
+
+def test_rerunning_a_notebook_keeps_its_widget_ids():
+    # Jupyter draws fresh random widget ids on every run; `tutor run` renames them so that an
+    # unchanged notebook re-runs to the same file (issue 7: ~375 changed lines per run before).
+    import uuid
+
+    runs = []
+    for _ in range(2):
+        nb = _widget_notebook([uuid.uuid4().hex for _ in range(3)])
+        b.stable_widget_ids(nb, "03_masking")
+        runs.append(b.notebook_bytes(nb))
+    assert runs[0] == runs[1]
+    nb = nbformat.reads(runs[0].decode(), as_version=4)
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    view_id = nb.cells[0].outputs[0].data["application/vnd.jupyter.widget-view+json"]["model_id"]
+    assert view_id in state  # the output still points at its saved model
+    assert all(ref.removeprefix("IPY_MODEL_") in state for ref in state[view_id]["state"]["children"])
+    assert any("0123456789abcdef0123456789abcdef" in str(m) for m in state.values())  # other hex text untouched
+    other = _widget_notebook([uuid.uuid4().hex for _ in range(3)])
+    b.stable_widget_ids(other, "04_multi_head_attention")
+    assert b.notebook_bytes(other) != runs[0]  # ids differ between notebooks

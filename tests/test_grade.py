@@ -289,3 +289,25 @@ def test_points_default_to_difficulty_and_can_be_overridden(tmp_path):
     toml.write_text("[points]\nsoftmaks = 5\n")
     with pytest.raises(ValueError, match="softmaks"):
         points.load_overrides(toml)
+
+
+def test_cli_refuses_a_submission_path_that_does_not_exist(tmp_path, capsys):
+    # A typo in a path must not be graded as a silent 0 / 0.
+    from tutor.__main__ import main
+
+    out = tmp_path / "out"
+    assert main(["grade", str(tmp_path / "alice_03_maskng.ipynb"), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no such file or folder:") and "alice_03_maskng.ipynb" in err
+    assert not out.exists()
+
+
+def test_a_points_file_that_is_not_toml_names_the_file(tmp_path, capsys):
+    from tutor.__main__ import main
+
+    toml = tmp_path / "points.toml"
+    toml.write_text("[points\nsoftmax = 5\n")
+    with pytest.raises(ValueError, match=r"points\.toml: not valid TOML"):
+        points.load_overrides(toml)
+    assert main(["grade", str(toml), "--points", str(toml), "--out", str(tmp_path / "out")]) == 2
+    assert "points.toml: not valid TOML" in capsys.readouterr().err

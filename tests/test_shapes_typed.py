@@ -89,3 +89,30 @@ def test_what_only_jaxtyping_can_say_keeps_its_message():
     assert grow.__wrapped__ is not None
     with pytest.raises(TypeCheckError):
         grow(torch.ones(3))
+
+
+def test_the_result_is_not_kept_alive_after_the_call():
+    # A typed forward must not hold its last output (and the autograd graph behind it) until the
+    # next call.
+    import gc
+    import weakref
+
+    out = scores(torch.ones(2, 4, 5, 8), torch.ones(2, 4, 6, 8))
+    ref = weakref.ref(out)
+    del out
+    gc.collect()
+    assert ref() is None
+
+
+@typed
+def depth(x: Float[Tensor, "B T"], n: int) -> Float[Tensor, "B T"]:
+    """Calls itself n times; the outermost call (n == 2) returns its input transposed."""
+    inner = x if n == 0 else depth(x, n - 1)
+    return inner.T if n == 2 else inner
+
+
+def test_a_typed_function_may_call_itself():
+    assert depth(torch.ones(2, 3), 1).shape == (2, 3)
+    text = message(depth, torch.ones(2, 3), 2)
+    assert text.startswith("the return value: axis 0 ('B') has size 3, but B = 2")  # the outer call's result
+    assert "shape (3, 2)" in text

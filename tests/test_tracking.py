@@ -115,6 +115,18 @@ def test_the_terminal_command(store):
     assert "⏳ padding_mask" in done.stdout
 
 
+def test_an_unknown_notebook_is_one_line_not_a_traceback(store, capsys):
+    from tutor.__main__ import main
+
+    with pytest.raises(tutor.TutorError, match=r"there is no notebook 12: the notebooks are 01, .*08"):
+        tutor.progress(12)
+    with pytest.raises(tutor.TutorError, match="there is no notebook 'three'"):
+        tutor.progress("three")
+    assert main(["progress", "99"]) == 2
+    assert capsys.readouterr().err.startswith("error: there is no notebook 99")
+    assert "03 — Masking" in tutor.progress("03").text()  # a number as text is fine
+
+
 @pytest.mark.parametrize("n", catalog.NOTEBOOKS, ids=[n.slug for n in catalog.NOTEBOOKS])
 def test_every_solution_notebook_ends_with_its_progress(n):
     nb = nbformat.read(ROOT / "solutions" / n.filename, as_version=4)

@@ -179,6 +179,10 @@ def cmd_grade(args) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    missing = [path for path in args.submissions if not pathlib.Path(path).exists()]
+    if missing:  # a typo: grading it would write a silent 0 / 0
+        print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
     options = grade.Options(cell_timeout=args.timeout, total_timeout=args.total_timeout, memory_mb=args.memory,
                             workers=args.workers, points=overrides,
                             solutions_dir=pathlib.Path(args.solutions) if args.solutions else None)
@@ -193,7 +197,13 @@ def cmd_grade(args) -> int:
 def cmd_progress(args) -> int:
     from tutor import tracking
 
-    print(tracking.progress(*args.notebooks_only).text())
+    from tutor.errors import TutorError
+
+    try:
+        print(tracking.progress(*args.notebooks_only).text())
+    except TutorError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -559,6 +559,7 @@ def execute_solution(path, timeout: int = 600, kernel_name: str = "python3") -> 
             _environment("TUTOR_PROGRESS_FILE", os.path.join(tmp, "progress.json")):
         client.execute()
     save_widgets_as_pictures(nb)
+    stable_widget_ids(nb, path.stem)  # any widget left (one without a picture) keeps its id
     _write_bytes_atomically(path, notebook_bytes(nb))
 
 
@@ -574,6 +575,47 @@ def save_widgets_as_pictures(nb) -> int:
 
     nb.metadata.pop(WIDGET_STATE, None)
     return strip_widget_views(nb)
+
+
+def stable_widget_ids(nb, salt: str) -> None:
+    """Give the notebook's widget models ids derived from ``salt`` and their order, in place.
+
+    Jupyter gives every widget model a random id on each run, so re-running an unchanged notebook
+    would rewrite hundreds of lines (outputs' ``model_id``, the saved widget state and the
+    ``IPY_MODEL_<id>`` references inside it). Renamed in order of first appearance, an unchanged
+    notebook keeps its ids and its diff stays small.
+    """
+    import re
+    import uuid
+
+    state = nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    ids = []
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []) or []:
+            view = (output.get("data") or {}).get("application/vnd.jupyter.widget-view+json") or {}
+            if isinstance(view.get("model_id"), str):
+                ids.append(view["model_id"])
+    ids += list((state.get("state") or {}).keys())
+    ids = list(dict.fromkeys(i for i in ids if i))
+    if not ids:
+        return
+    new = {old: uuid.uuid5(uuid.NAMESPACE_URL, f"tutor-widget:{salt}:{k}").hex for k, old in enumerate(ids)}
+    pattern = re.compile("|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)))
+
+    def rename(value):
+        if isinstance(value, str):
+            return pattern.sub(lambda m: new[m.group(0)], value)
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        if isinstance(value, dict):
+            return type(value)((rename(k), rename(v)) for k, v in value.items())
+        return value
+
+    for cell in nb.get("cells", []):
+        if cell.get("outputs"):
+            cell["outputs"] = rename(cell["outputs"])
+    if state.get("state"):
+        state["state"] = rename(state["state"])
 
 
 def run_solutions(solutions_dir, notebooks_dir, only=None, force: bool = False, timeout: int = 600,

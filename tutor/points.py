@@ -93,7 +93,10 @@ def load_overrides(path) -> dict[str, float]:
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     with open(path, "rb") as f:
-        data = tomllib.load(f)
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"{path}: not valid TOML: {error}") from None
     table = data.get("points", data)
     if not isinstance(table, dict):
         raise ValueError(f"{path}: expected a [points] table of exercise = points")

@@ -523,12 +523,13 @@ def typed(fn):
     from beartype import beartype
     from jaxtyping import TypeCheckError, jaxtyped
 
-    returned = []
+    calls = []  # one box per call in progress, for the return value (a typed function may call itself)
 
     @functools.wraps(fn)
     def keep_result(*args, **kwargs):
         result = fn(*args, **kwargs)
-        returned.append(result)
+        if calls:
+            calls[-1].append(result)
         return result
 
     checked = jaxtyped(typechecker=beartype)(keep_result)
@@ -536,17 +537,19 @@ def typed(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        del returned[:]
+        box = []
+        calls.append(box)
         try:
             return checked(*args, **kwargs)
         except TypeCheckError as error:
             values = signature.bind(*args, **kwargs)
             values.apply_defaults()
             values = dict(values.arguments)
-            if returned:
-                values["return"] = returned[-1]
-            del returned[:]
+            if box:
+                values["return"] = box[-1]
             raise _explain_annotation(fn, values, error) from None
+        finally:
+            calls.pop()  # never keep a result (and its autograd graph) alive after the call
 
     return wrapper
 

@@ -232,5 +232,14 @@ class Progress:
 
 def progress(*notebooks: int) -> Progress:
     """Every exercise of the given notebooks (default: all) as ✅ / ❌ / ⏳ with the date of the last pass."""
-    chosen = [catalog.notebook(int(n)) for n in notebooks] if notebooks else list(catalog.NOTEBOOKS)
-    return Progress(chosen, load())
+    by_number = {nb.number: nb for nb in catalog.NOTEBOOKS}
+    chosen = []
+    for n in notebooks:
+        try:
+            chosen.append(by_number[int(n)])
+        except (KeyError, TypeError, ValueError):
+            from tutor.errors import TutorError
+
+            known = ", ".join(f"{number:02d}" for number in by_number)
+            raise TutorError(f"there is no notebook {n!r}: the notebooks are {known}") from None
+    return Progress(chosen or list(catalog.NOTEBOOKS), load())
