@@ -189,8 +189,9 @@ def weights_identical(model, d: Dist) -> bool:
 
 
 class _StopFlag:
-    """Ctrl-C sets the flag (the step in progress finishes, a checkpoint is written, the run stops);
-    a second Ctrl-C interrupts at once."""
+    """Ctrl-C (SIGINT) or SIGTERM (what a cluster's scheduler sends before it kills a job) sets the
+    flag: the step in progress finishes, a checkpoint is written, the run stops. A second Ctrl-C
+    interrupts at once."""
 
     def __init__(self):
         self.set = False
@@ -202,6 +203,7 @@ class _StopFlag:
         if threading.current_thread() is not threading.main_thread():
             return self
         self.previous = signal.getsignal(signal.SIGINT)
+        self.previous_term = signal.getsignal(signal.SIGTERM)
 
         def handler(signum, frame):
             if self.set:
@@ -212,11 +214,13 @@ class _StopFlag:
                   "(press Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
 
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
         return self
 
     def uninstall(self):
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
+            signal.signal(signal.SIGTERM, self.previous_term)
 
 
 def checkpoint_state(model, optimizer, config, step, history, streams, rngs, vocab_chars) -> dict:
