@@ -66,6 +66,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default=None, help="cpu or cuda (default: the best there is)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the preset's)")
     p.add_argument("--peak-tflops", type=float, help="peak TFLOP/s for MFU (default: from the table)")
+    p.add_argument("--batch-size", type=int, help="sequences per step (default: the preset's)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: the preset's; min_lr is a tenth)")
     p.add_argument("--eval-batches", type=int, default=40, help="validation batches in the final evaluation")
     args = p.parse_args(argv)
     if args.quick:
@@ -77,6 +79,10 @@ def main(argv=None) -> int:
     config = replace(scale.preset(name, device), vocab_size=text_data.vocab.vocab_size)
     if args.threads:
         config = replace(config, cpu_threads=args.threads)
+    if args.batch_size:
+        config = replace(config, batch_size=args.batch_size)
+    if args.lr:
+        config = replace(config, max_lr=args.lr, min_lr=args.lr / 10)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     threads = config.cpu_threads or torch.get_num_threads()
