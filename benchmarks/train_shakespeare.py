@@ -95,9 +95,7 @@ def main(argv=None) -> int:
         if args.steps:
             config = replace(config, steps=args.steps)
         else:  # plan the schedule to end when the time is up
-            probe = scale.train(replace(config, steps=6, eval_every=10**9, eval_batches=1), text_data=text_data,
-                                device=device, progress=False)
-            per_step = probe.history.seconds / 6
+            per_step = time_per_step(config, text_data, device)
             # four evaluations of eval_batches forward passes (a third of a step each) fit in the budget too
             steps = max(20, int(args.seconds / per_step) - (4 * config.eval_batches) // 3 - 2)
             config = replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 10),
@@ -141,6 +139,23 @@ def main(argv=None) -> int:
         print(f"goal (CPU): val <= {CPU_GOAL} within {args.seconds:.0f} s on an idle 2-core CPU: "
               f"{'met' if final <= CPU_GOAL and in_budget else 'NOT met'} (val {final:.3f})")
     return 0
+
+
+def time_per_step(config, text_data, device, warmup=3, steps=12):
+    """Mean seconds of one training step of ``config`` after a few warm-up steps (no evaluation)."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
+    model = tr.make_model(config, device)
+    optimizer = tr.make_optimizer(model, config)
+    stream = tr.RandomWindows(text_data.train, config.block_size, config.batch_size, seed=123, device=device)
+    for i in range(warmup + steps):
+        if i == warmup:
+            start = time.perf_counter()
+        tr.accumulate_step(model, next(stream), optimizer, scale.IGNORE_NONE)
+    seconds = (time.perf_counter() - start) / steps
+    torch.set_num_threads(threads)
+    return seconds
 
 
 def tutor_device():
