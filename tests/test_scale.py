@@ -207,3 +207,23 @@ def test_modern_model_choice_is_clear_when_notebook_09_is_absent():
         with pytest.raises(ValueError, match="ModernGPT"):
             tr.model_class(config)
     assert tr.model_class(replace(config, model="tutor.reference.model:GPT")) is reference.GPT
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, text_file):
+    import signal
+    import time
+
+    out_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TUTOR_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "tutor.scale", "--preset", "tiny", "--max-steps", "100000",
+                             "--quiet", "--data", str(text_file), "--out-dir", str(out_dir), "--checkpoint-every", "5"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out_dir / "last.pt").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "Ctrl-C" in stderr and "stopped early" in stdout and "Traceback" not in stderr
+    saved = tr.load_training_state(out_dir / "last.pt")
+    assert 5 <= saved["step"] < 100000

@@ -670,8 +670,6 @@ def accumulate_step(model, batches, optimizer, ignore_index, clip=1.0):
 
     Returns the mean loss as a float.
     """
-    import contextlib
-
     from tutor.reference.training import lm_loss
 
     if not _is_micro_batches(batches):
@@ -683,10 +681,10 @@ def accumulate_step(model, batches, optimizer, ignore_index, clip=1.0):
     ddp = _find_ddp(model)
     for i, (x, y) in enumerate(batches):
         x, y = x.to(device), y.to(device)
-        sync = contextlib.nullcontext() if (ddp is None or i == n - 1) else ddp.no_sync()
-        with sync:
-            loss = lm_loss(model(x), y, ignore_index) / n
-            loss.backward()
+        if ddp is not None:  # what ddp.no_sync() does, in a form torch.compile also accepts (as nanoGPT does)
+            ddp.require_backward_grad_sync = i == n - 1
+        loss = lm_loss(model(x), y, ignore_index) / n
+        loss.backward()
         total += loss.detach()
     if clip is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
