@@ -184,7 +184,7 @@ class TrainConfig:
                 f"{self.steps} steps, lr {self.max_lr:g} → {self.min_lr:g}")
 
 
-# Sized for a laptop CPU (2 cores: about 1 min 45 s, on the padded batches of ``tutor.data.make_loader``)
+# Sized for a laptop CPU (2 cores: about 2 min 15 s in notebook 08, on the padded batches of ``tutor.data.make_loader``)
 # and for one modern GPU.
 CPU_CONFIG = TrainConfig()
 # The CPU preset as issue 9 found it: 1.893 (excluding the first letter) in 105.6 s on an idle 2-core CPU.
@@ -442,8 +442,9 @@ def _count_tokens(y, ignore_index) -> int:
 # --- how long a run takes ---------------------------------------------------------------------------
 
 # Seconds per step of ``CPU_CONFIG``'s model and batch size on an idle 2-core CPU, evaluations included, on
-# padded batches: 2,200 steps in 105.6 s (benchmarks/train_names.py).
-CPU_SECONDS_PER_STEP = 105.6 / 2200
+# padded batches, as notebook 08 runs it (its live plot included): 2,200 steps in 136 s (re-executed on an idle
+# machine on 2026-11-24; benchmarks/train_names.py, without the plot, measured 105.6 s earlier).
+CPU_SECONDS_PER_STEP = 136 / 2200
 SLOW_FACTOR = 1.5  # projected / expected time above which the progress bar says the machine is slow
 TIMING_STEPS = (5, 55)  # the steps between which the speed of the machine is measured
 
@@ -455,6 +456,19 @@ def expected_seconds(config: TrainConfig, device="cpu") -> float | None:
     if torch.device(device).type != "cpu" or any(getattr(config, k) != getattr(CPU_CONFIG, k) for k in same):
         return None
     return config.steps * CPU_SECONDS_PER_STEP
+
+
+def _preset_sized(model, config) -> bool:
+    """Whether ``model`` has exactly as many parameters as the preset's GPT for ``config`` (the model the
+    expected time was measured with)."""
+    try:
+        from tutor.reference.model import GPT
+
+        with torch.device("meta"):
+            preset = GPT(config.model_config())
+        return sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in preset.parameters())
+    except Exception:  # a config without a GPT shape (notebook 10's), or an unusual model: no figure
+        return False
 
 
 def format_duration(seconds: float) -> str:
@@ -490,18 +504,20 @@ def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, ev
     history = history if history is not None else History()
     seconds_before = history.seconds
     batches = train_loader if hasattr(train_loader, "__next__") else _batches(train_loader)
-    expected = expected_seconds(config, device)
+    # The calibrated time is for the preset's GPT; another model (notebook 09's ModernGPT) gets no figure.
+    expected = expected_seconds(config, device) if _preset_sized(model, config) else None
     bar = _progress_bar(config.steps, start_step, expected) if progress else None
     model.train()
     start = time.perf_counter()
     timing_start = None
+    timing_evals = 0.0  # seconds of evaluation (and plotting) inside the timed steps: not training speed
     for step in range(start_step, config.steps):
         if step == start_step + TIMING_STEPS[0]:
             timing_start = time.perf_counter()
         if (bar is not None and step == start_step + TIMING_STEPS[1]
                 and config.steps - start_step >= 2 * TIMING_STEPS[1]):
             label, warning = time_report(config.steps - start_step, TIMING_STEPS[1] - TIMING_STEPS[0],
-                                         time.perf_counter() - timing_start, expected)
+                                         time.perf_counter() - timing_start - timing_evals, expected)
             bar.set_description(f"training ({label})", refresh=False)
             if warning:
                 bar.write(warning)  # once; tqdm prints it above the bar (on stdout)
@@ -516,11 +532,15 @@ def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, ev
         history.tokens += _count_tokens([y for _, y in batch] if _is_micro_batches(batch) else batch[1], ignore_index)
         last = step == config.steps - 1
         if (step + 1) % config.eval_every == 0 or last:
+            timed = timing_start is not None and step < start_step + TIMING_STEPS[1]
+            eval_start = time.perf_counter() if timed else 0.0
             val = eval_fn(runner, val_loader, ignore_index, max_batches=config.eval_batches)
             history.val_steps.append(step)
             history.val_loss.append(float(val))
             if plot is not None:
                 plot.update(history)
+            if timed:
+                timing_evals += time.perf_counter() - eval_start
         if bar is not None:
             plain_line_next = isinstance(bar, PlainProgress) and (bar.n + 1) % bar.every == 0
             if not plain_line_next:
