@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import labkit as _lab
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))  # for `import labkit` (this folder is a package)
+import labkit as _lab  # noqa: E402
 
 MARK = "browser"
 SHOTS_ENV = "TUTOR_BROWSER_SHOTS"

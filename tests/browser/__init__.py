@@ -1,0 +1,1 @@
+"""The browser tests (a package, so that its conftest does not shadow tests/conftest.py)."""
