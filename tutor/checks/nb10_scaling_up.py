@@ -276,6 +276,9 @@ def _worker(rank, world_size, store, out_dir, fn, source, name):
 
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=20))
+        # Every rank finishes connecting before any runs the learner's code: a rank that fails or
+        # returns at once must not close its sockets while another is still connecting.
+        dist.barrier()
     except Exception as e:
         result.update(status="no group", error=f"{type(e).__name__}: {e}")
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -363,6 +366,8 @@ def run_in_group(fn, world_size: int, timeout: float = 60.0):
         for rank in range(world_size):
             path = os.path.join(tmp, f"rank{rank}.pt")
             results.append(torch.load(path, weights_only=False) if os.path.exists(path) else None)
+    if any(r is not None and r["status"] == "not done" for r in results):
+        return results  # a stub: "not done yet", whatever happened on the other ranks
     if any(r is not None and r["status"] == "no group" for r in results):
         reason = next(r["error"] for r in results if r is not None and r["status"] == "no group")
         raise NoProcessGroup(f"torch.distributed.init_process_group('gloo') failed: {reason}")
@@ -442,7 +447,7 @@ def average_gradients(fn):
                 raise Mismatch("the processes did not finish in time", [str(e)],
                                "every process must call all_reduce for the same parameters in the same order "
                                "(a collective waits for all of them): no `if dist.get_rank() == 0:` around it") from None
-            if any(r["status"] == "not done" for r in results):
+            if any(r is not None and r["status"] == "not done" for r in results):
                 raise NotDone()
             errors = [r for r in results if r["status"] == "error"]
             if errors:
