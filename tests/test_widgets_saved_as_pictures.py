@@ -165,3 +165,27 @@ def test_the_committed_solutions_will_be_saved_as_pictures():
         build.save_widgets_as_pictures(copy)
         assert "widgets" not in copy.metadata
         assert not [o for c in copy.cells for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
+
+
+def test_tutor_run_stores_figures_as_pictures_even_under_mplbackend_agg(tmp_path, monkeypatch):
+    """With MPLBACKEND=Agg inherited (conftest, CI), a kernel would store "<Figure size ...>" text."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('a line')")]
+    nb.cells[0].id = "cell-0"
+    path = tmp_path / "98_figure.ipynb"
+    nbformat.write(nb, path)
+    build.execute_solution(path, timeout=300)
+    outputs = json.loads(path.read_bytes())["cells"][0]["outputs"]
+    assert any("image/png" in o.get("data", {}) for o in outputs), outputs
+
+
+def test_no_solution_notebook_stores_a_figure_as_text():
+    """A figure stored as "<Figure size 640x480 with 1 Axes>" shows nothing on GitHub: re-run with `tutor run`."""
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            for output in cell.get("outputs", []):
+                text = "".join(output.get("data", {}).get("text/plain", ""))
+                assert not (text.startswith("<Figure size") and "image/png" not in output.get("data", {})), \
+                    f"{path.name} cell {i} stores a figure as text: re-run it with `python -m tutor run`"

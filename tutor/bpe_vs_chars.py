@@ -81,9 +81,10 @@ def bpe(train_text: str, val_text: str, vocab_size: int, trainer=train_bpe, toke
 
 
 # FLOP budgets per model. The benchmark's is what notebook 10's CPU preset does in 180 s on an idle
-# 2-core machine (one training thread at ~50 GFLOP/s: 1,800 steps of 16 x 64 characters at 5.3 MFLOP
-# per token). The notebook's (~15 s idle) and TUTOR_QUICK=1's (a few seconds) keep its run short.
-PAYOFF_FLOPS = 9e12
+# 2-core machine (benchmarks/train_shakespeare.py: 2,140 steps of 16 x 64 characters at 5.3 MFLOP per
+# token, one training thread). The notebook's (~15 s idle) and TUTOR_QUICK=1's (a few seconds) keep its
+# run short.
+PAYOFF_FLOPS = 1.16e13
 NOTEBOOK_FLOPS = 7e11
 QUICK_FLOPS = 4e10
 

@@ -75,6 +75,7 @@ KEPT_NOTEBOOK_METADATA = ("accelerator", "colab")
 
 BACKUP_GLOB = "*.backup*.ipynb"  # the pattern .gitignore ignores
 STRICT_ENV = "TUTOR_STRICT"
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # Jupyter's own: figures become PNG outputs
 
 
 class BuildError(Exception):
@@ -555,8 +556,12 @@ def execute_solution(path, timeout: int = 600, kernel_name: str = "python3") -> 
     )
     # Progress (tutor.tracking) goes to a throw-away file: the stored output of the notebook's
     # progress cell shows this run only, and the user's own progress is left alone.
+    # Figures are stored as pictures: the kernel uses Jupyter's inline backend even when the caller's
+    # environment says MPLBACKEND=Agg (as the tests' conftest and many CI setups do), which would store
+    # "<Figure size ...>" text instead.
     with tempfile.TemporaryDirectory(prefix="tutor-run-") as tmp, _environment(STRICT_ENV, "1"), \
-            _environment("TUTOR_PROGRESS_FILE", os.path.join(tmp, "progress.json")):
+            _environment("TUTOR_PROGRESS_FILE", os.path.join(tmp, "progress.json")), \
+            _environment("MPLBACKEND", INLINE_BACKEND):
         client.execute()
     save_widgets_as_pictures(nb)
     stable_widget_ids(nb, path.stem)  # any widget left (one without a picture) keeps its id
