@@ -55,19 +55,20 @@ class Tokenized:
 
 
 def split(text: str, val_fraction: float = 0.1):
-    """The first 90% of the text for training, the rest for validation (as notebook 10)."""
-    n = int(len(text) * (1 - val_fraction))
-    return text[:n], text[n:]
+    """The first 90% of the text for training, the rest for validation (notebook 10's ``split_text``)."""
+    from tutor.data import split_text
+
+    return split_text(text, val_fraction)
 
 
 def characters(train_text: str, val_text: str) -> Tokenized:
-    """One id per character of the training text's alphabet (65 for tiny Shakespeare)."""
-    chars = sorted(set(train_text + val_text))
-    stoi = {ch: i for i, ch in enumerate(chars)}
-    to_ids = lambda s: torch.tensor([stoi[c] for c in s], dtype=torch.long)  # noqa: E731
-    return Tokenized("characters", len(chars), to_ids(train_text), to_ids(val_text),
+    """One id per character of the text's alphabet (notebook 10's ``CharVocab``: 65 for tiny Shakespeare)."""
+    from tutor.data import CharVocab
+
+    vocab = CharVocab.from_text(train_text + val_text)
+    return Tokenized("characters", vocab.vocab_size, vocab.tensor(train_text), vocab.tensor(val_text),
                      len(val_text.encode("utf-8")), len(train_text.encode("utf-8")) / len(train_text),
-                     lambda s: [stoi[c] for c in s], lambda ids: "".join(chars[i] for i in ids))
+                     vocab.encode, vocab.decode)
 
 
 def bpe(train_text: str, val_text: str, vocab_size: int, trainer=train_bpe, tokenizer_class=BPETokenizer) -> Tokenized:

@@ -236,45 +236,16 @@ def _read_cache(path: Path) -> tuple[list[str] | None, str | None]:
     """The cached lines if the cache verifies, else ``(None, problem or None)``.
 
     A cache that fails its checksum (a truncated download, a disk error, an edited file) is
-    deleted so that it gets replaced.
+    deleted so that it gets replaced (``_read_verified``, shared with tiny Shakespeare).
     """
-    if not path.is_file():
-        return None, None
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        return None, f"could not read the cached {FILENAME} ({e})"
-    if _sha256(data) == SHA256:
-        return _lines(data), None
-    problem = f"the cached {path} failed its checksum (truncated or corrupted)"
-    try:
-        path.unlink()
-        problem += " and was deleted"
-    except OSError as e:
-        problem += f" and could not be deleted ({e})"
-    return None, problem
+    data, problem = _read_verified(path, SHA256, FILENAME)
+    return (None if data is None else _lines(data)), problem
 
 
 def _try_download(path: Path) -> tuple[list[str] | None, str, str]:
     """Download, verify and cache. Returns ``(lines or None, url, reason-or-note)``."""
-    reasons = []
-    for url in URLS:
-        try:
-            data = _download(url, TIMEOUT)
-        except Exception as e:  # any failure here means "use the next source", with the reason
-            reasons.append(_describe(e))
-            continue
-        if _sha256(data) != SHA256:
-            reasons.append(f"checksum mismatch for {url} ({len(data):,} bytes)")
-            continue
-        note = ""
-        try:
-            _write_atomically(path, data)
-        except OSError as e:
-            note = f"could not write the cache {path} ({e})"
-        return _lines(data), url, note
-    unique = list(dict.fromkeys(reasons))  # same reason twice reads as once
-    return None, "", "; ".join(unique)
+    data, url, note = _download_verified(path, URLS, SHA256)
+    return (None if data is None else _lines(data)), url, note
 
 
 def _fallback_lines() -> tuple[list[str], str]:
@@ -557,7 +528,7 @@ def _download_verified(path: Path, urls, sha256: str) -> tuple[bytes | None, str
         except OSError as e:
             note = f"could not write the cache {path} ({e})"
         return data, url, note
-    return None, "", "; ".join(dict.fromkeys(reasons))
+    return None, "", "; ".join(dict.fromkeys(reasons))  # the same reason twice reads as once
 
 
 def load_shakespeare_with_source(path=None, *, verbose: bool = True, offline: bool | None = None) -> LoadedText:
