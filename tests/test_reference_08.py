@@ -422,7 +422,7 @@ def test_time_report_without_a_calibrated_figure_uses_the_measured_speed():
 
 class FakeClock:
     """perf_counter for tr.time: each reading is ``tick`` seconds after the one before. ``fit`` reads the
-    clock at the start, at step 5 and step 55 (the timed 50 steps: one tick) and at the end."""
+    clock at the start, at step 15 and step 65 (the timed 50 steps: one tick) and at the end."""
 
     def __init__(self, tick):
         self.now, self.tick = 0.0, tick
@@ -432,7 +432,7 @@ class FakeClock:
         return self.now
 
 
-def _fit_with_clock(monkeypatch, capsys, tick, expected, steps=120):
+def _fit_with_clock(monkeypatch, capsys, tick, expected, steps=140):
     monkeypatch.setattr(tr, "time", FakeClock(tick))
     monkeypatch.setattr(tr, "expected_seconds", lambda config, device: expected)
     config = tiny_config(steps=steps, eval_every=1000)
@@ -443,19 +443,19 @@ def _fit_with_clock(monkeypatch, capsys, tick, expected, steps=120):
 
 
 def test_fit_says_once_that_a_slow_machine_is_slow_and_trains_every_step(monkeypatch, capsys):
-    # 50 steps in 50 s: 120 steps on course for 120 s, against 12 s expected
-    history, out = _fit_with_clock(monkeypatch, capsys, tick=50.0, expected=12.0)
-    assert len(history.train_loss) == 120  # not silently shortened
+    # 50 steps in 50 s: 140 steps on course for 140 s, against 14 s expected
+    history, out = _fit_with_clock(monkeypatch, capsys, tick=50.0, expected=14.0)
+    assert len(history.train_loss) == 140  # not silently shortened
     assert out.out.count("slower than an idle 2-core CPU") == 1
     assert "TUTOR_QUICK=1" in out.out
     assert "on course for" in out.err  # the progress bar shows it too
 
 
 def test_fit_stays_quiet_on_a_machine_as_fast_as_expected(monkeypatch, capsys):
-    history, out = _fit_with_clock(monkeypatch, capsys, tick=50.0, expected=120.0)
-    assert len(history.train_loss) == 120
+    history, out = _fit_with_clock(monkeypatch, capsys, tick=50.0, expected=140.0)
+    assert len(history.train_loss) == 140
     assert "slower" not in out.out + out.err
-    assert "expected 2 min 00 s" in out.err
+    assert "expected 2 min 20 s" in out.err
 
 
 def test_fit_with_too_few_steps_to_measure_says_nothing(monkeypatch, capsys):
@@ -476,3 +476,65 @@ def test_padding_picture_draws():
         assert "padding" in ax.get_title() and ax.get_xlabel()
     assert fig.axes[0].get_ylabel()
     matplotlib.pyplot.close(fig)
+
+
+# --- cpu_threads="auto": the fastest thread count, measured while training -----------------------------
+
+
+def _drive(chooser, steps, seconds_for):
+    """Run ``chooser`` over ``steps`` steps where a step with n threads takes ``seconds_for(step, n)``."""
+    used = []
+    for step in range(steps):
+        n = chooser.before_step(step)
+        used.append(n)
+        chooser.after_step(step, seconds_for(step, n))
+    return used
+
+
+def test_thread_chooser_candidates_follow_the_cores():
+    assert tr.ThreadChooser(cores=1).candidates == [1]
+    assert tr.ThreadChooser(cores=2).candidates == [1, 2]
+    assert tr.ThreadChooser(cores=6).candidates == [1, 2, 4]
+    assert tr.ThreadChooser(cores=64).candidates == [1, 2, 4, 8]
+
+
+def test_thread_chooser_keeps_two_threads_on_an_idle_machine_and_one_under_contention():
+    threads = torch.get_num_threads()
+    try:
+        idle = tr.ThreadChooser(cores=2, rounds=3, every=100)
+        used = _drive(idle, 40, lambda step, n: 0.030 / n ** 0.7)  # more threads, faster
+        assert used[0] == 2 and set(used[1:7]) == {1, 2}  # step 0 is not timed; steps 1-6 alternate
+        assert idle.threads == 2 and used[7:] == [2] * 33
+        assert idle.choices[0][0] == 6 and idle.choices[0][2][1] > idle.choices[0][2][2]
+
+        busy = tr.ThreadChooser(cores=2, rounds=3, every=100)
+        used = _drive(busy, 40, lambda step, n: 0.030 * (3 if n == 2 else 1))  # a busy core: 2 threads wait
+        assert busy.threads == 1 and used[7:] == [1] * 33
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_thread_chooser_measures_again_when_the_machine_changes():
+    threads = torch.get_num_threads()
+    try:
+        chooser = tr.ThreadChooser(cores=2, rounds=3, every=50)
+        # busy until step 50, idle afterwards: the second measurement (steps 51-56) switches back to 2 threads
+        used = _drive(chooser, 120, lambda step, n: 0.03 * (3 if (n == 2 and step < 50) else 1) / n ** 0.5)
+        assert used[10:50] == [1] * 40 and used[60:100] == [2] * 40
+        assert [c[1] for c in chooser.choices] == [1, 2, 2]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_fit_with_auto_threads_trains_every_step_and_restores_the_thread_count(capsys):
+    threads = torch.get_num_threads()
+    config = tiny_config(steps=30, cpu_threads="auto")
+    history = tr.fit(tr.make_model(config), data.make_loader(NAMES * 4, batch_size=4),
+                     data.make_loader(NAMES, batch_size=6), config, progress=True)
+    assert len(history.train_loss) == 30
+    assert history.cpu_threads in tr.ThreadChooser().candidates
+    assert torch.get_num_threads() == threads
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # the progress line names the count in use
+    n = history.cpu_threads
+    assert last.startswith(f"training ({n} thread{'s' if n > 1 else ''}): step 30/30")

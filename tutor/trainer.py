@@ -7,6 +7,7 @@ The four things a learner writes in notebook 08 (``lm_loss``, ``lr_schedule``, `
 learner's own.
 """
 
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 
@@ -171,7 +172,9 @@ class TrainConfig:
     eval_batches: int = 10
     bf16: bool = False  # CUDA only: run the forward pass under torch.autocast(dtype=torch.bfloat16)
     compile: bool = False  # torch.compile the model (CUDA only here: on a CPU the compile costs more than it saves)
-    cpu_threads: int | None = 1  # threads for training on a CPU (None: PyTorch's default, one per core); see fit
+    # threads for training on a CPU: a number, None (PyTorch's default, one per core), or "auto" (``ThreadChooser``:
+    # the fastest of 1, 2, 4, ... measured while training, again every few hundred steps); see fit
+    cpu_threads: int | str | None = 1
     fused_kernels: bool = True  # F.scaled_dot_product_attention and F.layer_norm instead of the hand-written ones
     seed: int = 0
 
@@ -184,11 +187,13 @@ class TrainConfig:
                 f"{self.steps} steps, lr {self.max_lr:g} → {self.min_lr:g}")
 
 
-# Sized for a laptop CPU (2 cores: about 2 min 15 s in notebook 08, on the padded batches of ``tutor.data.make_loader``)
-# and for one modern GPU.
-CPU_CONFIG = TrainConfig()
-# The CPU preset as issue 9 found it: 1.893 (excluding the first letter) in 105.6 s on an idle 2-core CPU.
-# Kept by name so that benchmarks compare against it; CPU_CONFIG equals it until a tuned preset is proven.
+# Sized for two minutes on a laptop CPU (2 cores), on the padded batches of ``tutor.data.make_loader``, and for one
+# modern GPU. With a fixed time, the CPU preset is the GPT of notebook 07 with 2 layers instead of 4: a step takes
+# about half as long, so it makes about twice as many, and ends lower (benchmarks/train_names.py).
+CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=128, steps=5800, max_lr=8e-3, min_lr=5e-4,
+                         warmup_steps=100, eval_every=500, eval_batches=10, cpu_threads="auto")
+# The CPU preset as issue 9 found it: 1.893 (excluding the first letter) in 105.6 s on an idle 2-core CPU, on one
+# thread. Kept by name so that benchmarks compare against it.
 OLD_CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=4, batch_size=128, steps=2200, max_lr=8e-3,
                              min_lr=5e-4, warmup_steps=100, cpu_threads=1)
 GPU_CONFIG = TrainConfig(d_model=256, n_heads=8, n_layers=6, dropout=0.1, batch_size=512, steps=4000,
@@ -272,6 +277,7 @@ class History:
     val_loss: list = field(default_factory=list)
     tokens: int = 0  # real target tokens trained on
     seconds: float = 0.0  # wall time of the loop (evaluations included)
+    cpu_threads: int | None = None  # with cpu_threads="auto": the thread count the run ended with
 
     @property
     def tokens_per_second(self) -> float:
@@ -325,14 +331,17 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
         runner = AutocastBF16(runner)
     if config.compile and device.type == "cuda":
         runner = torch.compile(runner)
-    # The matrices of a small model are tiny: a second CPU thread gains about a quarter on 2 idle cores, and
-    # threads that wait for each other slow down many times over when other programs share the cores.
+    # On 2 idle cores a second thread makes a step of the CPU preset about 1.6x faster, but threads that wait for
+    # each other slow down many times over when other programs share the cores: "auto" measures which is faster.
     threads = torch.get_num_threads()
-    if device.type == "cpu" and config.cpu_threads:
-        torch.set_num_threads(config.cpu_threads)
+    chooser = None
+    if device.type == "cpu" and config.cpu_threads == "auto":
+        chooser = ThreadChooser()
+    elif device.type == "cpu" and config.cpu_threads:
+        torch.set_num_threads(int(config.cpu_threads))
     try:
         return _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn,
-                    ignore_index, progress, plot, device, start_step, history, callback, metrics)
+                    ignore_index, progress, plot, device, start_step, history, callback, metrics, chooser)
     finally:
         torch.set_num_threads(threads)
 
@@ -439,14 +448,65 @@ def _count_tokens(y, ignore_index) -> int:
     return sum(_count_tokens(part, ignore_index) for part in y)
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (a container's limit included, where the OS reports it)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+class ThreadChooser:
+    """``cpu_threads="auto"``: train with whichever thread count is fastest right now.
+
+    Every ``every`` steps (and at the start), the next ``rounds`` rounds of steps cycle through the
+    candidates (1, 2, 4, ... up to the cores, at most 8), timing each step; then the count with the
+    fastest median step is kept. The steps are real training steps: nothing is wasted but the time
+    of the slower counts. On an idle machine more threads win; when another program keeps a core
+    busy, threads that wait for each other lose, and one thread wins.
+    """
+
+    def __init__(self, cores: int | None = None, rounds: int = 5, every: int = 500, first: int = 1):
+        cores = cores or cpu_cores()
+        self.candidates = [1] + [n for n in (2, 4, 8) if n <= cores]
+        self.rounds, self.every, self.first = rounds, every, first
+        self.threads = max(self.candidates)  # until the first measurement
+        self.times = {n: [] for n in self.candidates}
+        self.choices = []  # (step, threads, {threads: median seconds per step}) for each measurement
+        self._probing = None
+
+    def before_step(self, step: int):
+        """Set the thread count for ``step``; returns it."""
+        window = self.rounds * len(self.candidates)
+        offset = (step - self.first) % self.every
+        self._probing = len(self.candidates) > 1 and step >= self.first and offset < window
+        n = self.candidates[offset % len(self.candidates)] if self._probing else self.threads
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+        return n
+
+    def after_step(self, step: int, seconds: float):
+        """Record the time of ``step``; at the end of a measurement, keep the fastest count."""
+        if not self._probing:
+            return
+        self.times[torch.get_num_threads()].append(seconds)
+        if (step - self.first) % self.every == self.rounds * len(self.candidates) - 1:
+            medians = {n: statistics.median(t) for n, t in self.times.items() if t}
+            self.threads = min(medians, key=medians.get)
+            self.choices.append((step, self.threads, medians))
+            self.times = {n: [] for n in self.candidates}
+            torch.set_num_threads(self.threads)
+
+
 # --- how long a run takes ---------------------------------------------------------------------------
 
-# Seconds per step of ``CPU_CONFIG``'s model and batch size on an idle 2-core CPU, evaluations included, on
-# padded batches, as notebook 08 runs it (its live plot included): 2,200 steps in 136 s (re-executed on an idle
-# machine on 2026-11-24; benchmarks/train_names.py, without the plot, measured 105.6 s earlier).
-CPU_SECONDS_PER_STEP = 136 / 2200
+# Seconds per step of ``CPU_CONFIG``'s model and batch size on an idle 2-core CPU (2 threads, chosen by
+# ``ThreadChooser``), evaluations included, on padded batches, as notebook 08 runs it (its live plot included).
+CPU_SECONDS_PER_STEP = 110 / 5800  # notebook 08 re-executed on an idle machine: 5,800 steps in 109 s
 SLOW_FACTOR = 1.5  # projected / expected time above which the progress bar says the machine is slow
-TIMING_STEPS = (5, 55)  # the steps between which the speed of the machine is measured
+TIMING_STEPS = (15, 65)  # the steps between which the speed of the machine is measured (after ThreadChooser's first)
 
 
 def expected_seconds(config: TrainConfig, device="cpu") -> float | None:
@@ -500,13 +560,24 @@ def time_report(total_steps: int, steps_timed: int, seconds: float, expected: fl
 
 
 def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn, ignore_index,
-         progress, plot, device, start_step=0, history=None, callback=None, metrics=None):
+         progress, plot, device, start_step=0, history=None, callback=None, metrics=None, chooser=None):
     history = history if history is not None else History()
     seconds_before = history.seconds
     batches = train_loader if hasattr(train_loader, "__next__") else _batches(train_loader)
+    if chooser is not None:
+        chooser.first = start_step + 1  # step 0 warms up (first calls allocate), so it is not timed
     # The calibrated time is for the preset's GPT; another model (notebook 09's ModernGPT) gets no figure.
     expected = expected_seconds(config, device) if _preset_sized(model, config) else None
     bar = _progress_bar(config.steps, start_step, expected) if progress else None
+    label = None if expected is None else f"expected {format_duration(expected)}"
+    shown = bar.desc if bar is not None else None
+
+    def describe():  # the progress bar's label: "training (expected 1 min 50 s; 2 threads)"
+        parts = [label] if label else []
+        if chooser is not None and chooser.choices:
+            parts.append(f"{chooser.threads} thread" + ("s" if chooser.threads > 1 else ""))
+        return "training" + (f" ({'; '.join(parts)})" if parts else "")
+
     model.train()
     start = time.perf_counter()
     timing_start = None
@@ -518,14 +589,22 @@ def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, ev
                 and config.steps - start_step >= 2 * TIMING_STEPS[1]):
             label, warning = time_report(config.steps - start_step, TIMING_STEPS[1] - TIMING_STEPS[0],
                                          time.perf_counter() - timing_start - timing_evals, expected)
-            bar.set_description(f"training ({label})", refresh=False)
             if warning:
                 bar.write(warning)  # once; tqdm prints it above the bar (on stdout)
         lr = lr_fn(step, config.max_lr, config.warmup_steps, config.steps, config.min_lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
         batch = next(batches)
+        if chooser is not None:
+            chooser.before_step(step)
+            step_start = time.perf_counter()
         loss = step_fn(runner, batch, optimizer, ignore_index, clip=config.clip)
+        if chooser is not None:
+            chooser.after_step(step, time.perf_counter() - step_start)
+            history.cpu_threads = chooser.threads
+        if bar is not None and describe() != shown:
+            shown = describe()
+            bar.set_description(shown, refresh=False)
         history.steps.append(step)
         history.train_loss.append(float(loss))
         history.lr.append(lr)
