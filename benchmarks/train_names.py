@@ -1,30 +1,29 @@
-"""Benchmark: train notebook 08's CPU preset on the 100,364 names, on padded and on length-bucketed batches.
+"""Benchmark: train notebook 08's CPU preset on the 100,364 names, next to the old preset, in one run.
 
-    python benchmarks/train_names.py                  # the CPU preset, 3 seeds, and the sortish run once (~8 min)
-    python benchmarks/train_names.py --seeds 1 --no-sortish   # one run of the CPU preset (~2 min)
+    python benchmarks/train_names.py                  # the preset (3 seeds) and the old preset (~8 min)
+    python benchmarks/train_names.py --seeds 1        # one run of each (~4 min)
+    python benchmarks/train_names.py --sortish        # also the preset on length-bucketed batches (+2 min)
     python benchmarks/train_names.py --quick          # a smoke test: 200 steps of each, 1 seed
     python benchmarks/train_names.py --device cuda --bf16 --compile   # the GPU configuration
 
-The CPU preset (``tutor.trainer.CPU_CONFIG``, equal to ``OLD_CPU_CONFIG``: see below) trains on the padded
-batches of ``tutor.data.make_loader``, as notebook 08 does. The same preset on the length-bucketed batches
-of ``tutor.data.make_sortish_loader`` (the remedy issue 9 proposed for the padding) runs beside it.
-Both are evaluated on the same held-out names, the same way.
+The CPU preset (``tutor.trainer.CPU_CONFIG``: the GPT of notebook 07 with 2 layers, 6,000 steps, the thread count
+chosen while training by ``tutor.trainer.ThreadChooser``) and the old preset (``OLD_CPU_CONFIG``: 4 layers, 2,200
+steps, one thread) train on the padded batches of ``tutor.data.make_loader``, as notebook 08 does, with
+``tutor.trainer.fit``: the very loop the notebook runs. Both are evaluated on the same 10,036 held-out names, the
+same way.
 
-It prints, from one run, side by side: the wall time of training, the steps and steps per second, the
-tokens (real target characters) per second, the validation loss over every predicted character and over
-every character but the first letter (the figure comparable with the source article's 1.92: its model is
-given the first letter), the mean over the seeds, and the goal line: <= 1.80 excluding the first letter
-within 120 s (met / NOT met). Then the speed ratios (sortish / padded), measured twice: over the whole
-runs, and step by step in alternation (fair on a busy machine), and what each would take at the preset's
-measured speed on an idle 2-core CPU (105.6 s for 2,200 steps). Last, the time of one training step with
-the hand-written attention against ``F.scaled_dot_product_attention`` and ``F.layer_norm`` (same weights,
-same outputs, asserted).
+It prints, from one run, side by side: the wall time of training, the steps and steps per second, the tokens (real
+target characters) per second, the thread count, the validation loss over every predicted character and over every
+character but the first letter (the figure comparable with the source article's 1.92: its model is given the first
+letter), the mean over the seeds, and the goal line: <= 1.80 excluding the first letter within 120 s (met / NOT
+met). Then the speed of one training step on length-bucketed ("sortish") against padded batches, measured step by
+step in alternation, and the time of one training step with the hand-written attention against
+``F.scaled_dot_product_attention`` and ``F.layer_norm`` (same weights, same outputs, asserted).
 
-Measured on a busy machine (see the notes of issue 9): after the same number of steps, sortish batches
-give a clearly higher validation loss (1,500 steps: 1.975 with pools of 4 batches, 1.999 with pools of
-50, against 1.930 padded), which eats their 1.35-1.5x speed. So the preset keeps padded batches.
-
-The training loop is ``tutor.trainer.fit``: the very loop the notebook runs.
+Why the preset keeps padded batches (measured, see the notes of issue 9): sortish batches make a step about 1.3x
+faster, but after the same number of steps the validation loss is clearly higher (2 layers, 5,000 steps: 1.838
+padded, 1.861 with pools of 4; even moving only the 3% longest names into batches of their own cost 0.011), which
+eats the speed. Seed to seed, the same configuration varies by about 0.001.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ ALLNAMES = Path(__file__).resolve().parents[2] / "shared/data/allnames.txt"
 ARTICLE_VAL_LOSS = 1.92  # the source article's validation loss (its model is given the first letter)
 GOAL = 1.80  # what the CPU configuration should reach, excluding the first letter, within 2 minutes
 GOAL_SECONDS = 120.0
-IDLE_SECONDS, IDLE_STEPS = 105.6, 2200  # OLD_CPU_CONFIG, padded batches, measured on an idle 2-core CPU (1 thread)
 
 
 def load():
@@ -109,16 +107,18 @@ def kernel_benchmark(config, device, train_names, rounds):
     return times, max(diffs)
 
 
-def train(config, device, train_names, val_loader, sortish):
+def train(config, device, train_names, val_loader, sortish=False):
     """One run of ``fit``: returns a dict of the figures the tables print."""
     make = data.make_sortish_loader if sortish else data.make_loader
     model = tr.make_model(config, device)
     train_loader = make(train_names, batch_size=config.batch_size, seed=config.seed)
     history = tr.fit(model, train_loader, val_loader, config, progress=sys.stderr.isatty())
     losses = tr.val_losses(model, val_loader)
+    threads = history.cpu_threads or (config.cpu_threads if device.type == "cpu" else None)
     return {"seconds": history.seconds, "steps": config.steps, "tokens_per_s": history.tokens_per_second,
             "steps_per_s": config.steps / history.seconds, "all": losses["all"],
-            "excl": losses["excluding_first"], "params": sum(p.numel() for p in model.parameters())}
+            "excl": losses["excluding_first"], "params": sum(p.numel() for p in model.parameters()),
+            "threads": threads or 0}
 
 
 def mean(runs, key):
@@ -140,12 +140,13 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
     parser.add_argument("--bf16", action="store_true", help="CUDA: forward pass under bf16 autocast")
     parser.add_argument("--compile", action="store_true", help="CUDA: torch.compile the model")
-    parser.add_argument("--steps", type=int, default=None, help="override the number of training steps")
+    parser.add_argument("--steps", type=int, default=None, help="override the number of training steps (both presets)")
     parser.add_argument("--seeds", type=int, default=3, help="runs of the preset, seeds 0, 1, ... (default 3)")
-    parser.add_argument("--no-sortish", action="store_true", help="skip the run on length-bucketed batches")
+    parser.add_argument("--no-old", action="store_true", help="skip the run of the old preset")
+    parser.add_argument("--sortish", action="store_true", help="also train the preset on length-bucketed batches")
     parser.add_argument("--quick", action="store_true", help="smoke test: 200 steps of each preset, 1 seed")
     parser.add_argument("--rounds", type=int, default=20, help="timed steps per variant in the step benchmarks")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the preset's, 1)")
+    parser.add_argument("--threads", default=None, help="CPU threads of the preset: a number, or auto (its default)")
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
@@ -159,25 +160,23 @@ def main(argv=None):
     if (args.bf16 or args.compile) and device.type != "cuda":
         print("--bf16 and --compile only act on CUDA; ignoring them on", device.type)
     config = tr.config_for(device)
+    old = tr.OLD_CPU_CONFIG
     seeds = 1 if args.quick else args.seeds
     if args.threads:
-        config = replace(config, cpu_threads=args.threads)
-    if device.type == "cpu" and config.cpu_threads:
-        torch.set_num_threads(config.cpu_threads)  # for the whole run (fit sets it for training anyway)
+        config = replace(config, cpu_threads=args.threads if args.threads == "auto" else int(args.threads))
     if device.type == "cuda":
         config = replace(config, bf16=args.bf16, compile=args.compile)
         torch.backends.cuda.matmul.allow_tf32 = True
     steps = 200 if args.quick and not args.steps else args.steps
     if steps:
         config = replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 5))
-    with_sortish = not args.no_sortish
-    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
+        old = replace(old, steps=steps, warmup_steps=min(old.warmup_steps, steps // 5))
+    with_old = device.type == "cpu" and not args.no_old
+    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{tr.cpu_cores()} cores"
     print(f"torch {torch.__version__} on {device} ({gpu_name}), {os.cpu_count()} CPUs")
-    old = tr.OLD_CPU_CONFIG
-    same = "(= OLD_CPU_CONFIG" + (", but for the steps)" if steps else ")") \
-        if replace(config, steps=old.steps, warmup_steps=old.warmup_steps) == old else "(OLD_CPU_CONFIG differs)"
-    print(f"preset {same}: {config.describe()}, {config.cpu_threads} thread(s), bf16={config.bf16}, "
-          f"compile={config.compile}")
+    print(f"preset: {config.describe()}, threads={config.cpu_threads}, bf16={config.bf16}, compile={config.compile}")
+    if with_old:
+        print(f"old preset: {old.describe()}, threads={old.cpu_threads}")
 
     names = load()
     train_names, val_names = data.split_names(names, val_fraction=0.1, seed=0)
@@ -187,27 +186,39 @@ def main(argv=None):
     columns = []  # (label, runs)
     runs = []
     for seed in range(seeds):
-        runs.append(train(replace(config, seed=seed), device, train_names, val_loader, sortish=False))
-        print(f"  preset, padded batches, seed {seed}: {runs[-1]['excl']:.3f} excluding the first letter "
-              f"in {runs[-1]['seconds']:.1f} s", flush=True)
-    columns.append(("padded" + (f" (mean of {seeds})" if seeds > 1 else ""), runs))
-    if with_sortish:
+        runs.append(train(replace(config, seed=seed), device, train_names, val_loader))
+        print(f"  preset, seed {seed}: {runs[-1]['excl']:.3f} excluding the first letter in {runs[-1]['seconds']:.1f} s",
+              flush=True)
+    columns.append(("preset" + (f" (mean of {seeds})" if seeds > 1 else ""), runs))
+    if with_old:
+        run = train(old, device, train_names, val_loader)
+        print(f"  old preset, seed 0: {run['excl']:.3f} excluding the first letter in {run['seconds']:.1f} s", flush=True)
+        columns.append(("old preset (seed 0)", [run]))
+    if args.sortish:
         run = train(config, device, train_names, val_loader, sortish=True)
-        print(f"  preset, sortish batches, seed 0: {run['excl']:.3f} excluding the first letter "
+        print(f"  preset on sortish batches, seed 0: {run['excl']:.3f} excluding the first letter "
               f"in {run['seconds']:.1f} s", flush=True)
-        columns.append(("sortish (seed 0)", [run]))
+        columns.append(("preset, sortish (seed 0)", [run]))
 
     print()
-    print(f"{'':<42}" + "".join(f"{label:>22}" for label, _ in columns))
+    print(f"{'':<42}" + "".join(f"{label:>26}" for label, _ in columns))
     rows = [("parameters", "params", "{:,.0f}"), ("steps", "steps", "{:,.0f}"),
             ("training wall time (s)", "seconds", "{:.1f}"), ("steps per second", "steps_per_s", "{:.1f}"),
             ("tokens per second (real targets)", "tokens_per_s", "{:,.0f}"),
+            ("CPU threads (chosen while training)", "threads", "{:.1f}"),
             ("validation loss, all characters", "all", "{:.3f}"),
             ("validation loss, excluding the 1st letter", "excl", "{:.3f}")]
     for title, key, fmt in rows:
-        print(f"{title:<42}" + "".join(f"{fmt.format(mean(runs, key)):>22}" for _, runs in columns))
-    print(f"{'bigram counts (all / excl. 1st)':<42}{bigram['all']:>14.3f} / {bigram['excluding_first']:.3f}")
-    print(f"{'source article (excl. 1st)':<42}{ARTICLE_VAL_LOSS:>22.3f}")
+        if key == "threads" and device.type != "cpu":
+            continue
+        print(f"{title:<42}" + "".join(f"{fmt.format(mean(runs, key)):>26}" for _, runs in columns))
+    print(f"{'bigram counts (all / excl. 1st)':<42}{bigram['all']:>18.3f} / {bigram['excluding_first']:.3f}")
+    print(f"{'source article (excl. 1st)':<42}{ARTICLE_VAL_LOSS:>26.3f}")
+    if with_old:
+        new_runs, old_run = columns[0][1], columns[1][1][0]
+        print(f"preset against the old preset: {mean(new_runs, 'excl') - old_run['excl']:+.3f} excluding the first letter, "
+              f"{mean(new_runs, 'seconds') / old_run['seconds']:.2f}x the wall time, "
+              f"{mean(new_runs, 'tokens_per_s') / old_run['tokens_per_s']:.2f}x the tokens per second")
 
     if device.type == "cpu":
         runs = columns[0][1]
@@ -215,25 +226,24 @@ def main(argv=None):
         met = loss <= GOAL and slowest <= GOAL_SECONDS
         note = " (a --quick or --steps run: not the preset)" if steps else ""
         print(f"goal (CPU): <= {GOAL} excluding the first letter within {GOAL_SECONDS:.0f} s, mean of {seeds}: "
-              f"{loss:.3f} in at most {slowest:.1f} s: {'met' if met else 'NOT met'}{note}")
-    if with_sortish:
-        padded_run, sortish_run = columns[0][1][0], columns[1][1][0]  # both seed 0
-        t_sortish, t_padded = step_ratio(config, device, train_names, args.rounds)
-        whole = sortish_run["seconds"] / padded_run["seconds"]
-        per_step = t_sortish / t_padded
-        print()
-        print("speed, sortish / padded batches (seed 0 of each):")
-        print(f"  tokens per second, whole runs                 {sortish_run['tokens_per_s'] / padded_run['tokens_per_s']:6.2f} x")
-        print(f"  steps per second, whole runs                  {1 / whole:6.2f} x")
-        print(f"  one training step, in alternation ({args.rounds} rounds)  "
-              f"{t_sortish * 1000:.1f} ms vs {t_padded * 1000:.1f} ms: {1 / per_step:.2f} x")
-        idle = IDLE_SECONDS / IDLE_STEPS * config.steps
-        print(f"  at the preset's idle speed ({IDLE_SECONDS} s for {IDLE_STEPS:,} padded steps): padded {idle:.1f} s, "
-              f"sortish {idle * whole:.1f} s (whole runs) or {idle * per_step:.1f} s (steps in alternation)")
+              f"{loss:.3f}, slowest run {slowest:.1f} s: {'met' if met else 'NOT met'}{note}")
 
-    (t_hand, t_sdpa, t_fused), diff = kernel_benchmark(config, device, train_names, args.rounds)
+    bench = replace(config, cpu_threads=runs[0]["threads"] or 1) if device.type == "cpu" else config
+    if device.type == "cpu":
+        torch.set_num_threads(bench.cpu_threads)  # the step benchmarks below use the count the preset ended with
+    t_sortish, t_padded = step_ratio(bench, device, train_names, args.rounds)
     print()
-    print(f"one training step, batch {config.batch_size} (median of {args.rounds}, measured alternately; "
+    print(f"one training step of the preset, sortish / padded batches (median of {args.rounds}, in alternation): "
+          f"{t_sortish * 1000:.2f} ms vs {t_padded * 1000:.2f} ms: {t_padded / t_sortish:.2f}x faster")
+    if args.sortish:
+        padded_run, sortish_run = columns[0][1][0], columns[-1][1][0]  # both seed 0
+        print(f"  whole runs: sortish {sortish_run['seconds']:.1f} s, padded {padded_run['seconds']:.1f} s "
+              f"({padded_run['seconds'] / sortish_run['seconds']:.2f}x); loss excluding the 1st letter "
+              f"{sortish_run['excl']:.3f} vs {padded_run['excl']:.3f} ({sortish_run['excl'] - padded_run['excl']:+.3f})")
+
+    (t_hand, t_sdpa, t_fused), diff = kernel_benchmark(bench, device, train_names, args.rounds)
+    print()
+    print(f"one training step of the preset, batch {bench.batch_size} (median of {args.rounds}, measured alternately; "
           f"outputs agree to {diff:.1e}):")
     print(f"{'  hand-written attention and LayerNorm':<52}{t_hand * 1000:>8.2f} ms")
     print(f"{'  F.scaled_dot_product_attention':<52}{t_sdpa * 1000:>8.2f} ms"

@@ -1,0 +1,38 @@
+"""A smoke test of benchmarks/train_names.py: a few steps of each run, and the table, goal line and speed
+lines it prints. (The benchmark itself, with the real number of steps, is run by hand: see the README.)"""
+
+import importlib.util
+import pathlib
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("train_names_benchmark", ROOT / "benchmarks" / "train_names.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
+    threads = torch.get_num_threads()
+    try:
+        assert load_benchmark().main(["--steps", "12", "--seeds", "2", "--rounds", "1", "--sortish"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "preset: d_model=64, 2 layers" in out and "old preset: d_model=64, 4 layers" in out
+    header = next(line for line in out.splitlines() if "preset (mean of 2)" in line)
+    assert "old preset (seed 0)" in header and "preset, sortish (seed 0)" in header
+    params = next(line for line in out.splitlines() if line.startswith("parameters"))
+    assert "104,192" in params and "203,648" in params
+    for row in ("training wall time (s)", "tokens per second", "CPU threads", "excluding the 1st letter"):
+        assert row in out
+    assert "preset against the old preset:" in out
+    goal = next(line for line in out.splitlines() if line.startswith("goal (CPU)"))
+    assert "<= 1.8 excluding the first letter within 120 s, mean of 2" in goal
+    assert goal.endswith("NOT met (a --quick or --steps run: not the preset)")  # 12 steps never meet it
+    assert "sortish / padded batches" in out and "whole runs: sortish" in out
+    assert "F.scaled_dot_product_attention + F.layer_norm" in out
