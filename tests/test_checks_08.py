@@ -58,6 +58,14 @@ def test_lm_loss_rejects_double_softmax():
     rejects(checks.lm_loss, wrong, "softmax is applied twice")
 
 
+def test_lm_loss_rejects_a_loss_per_token():
+    def wrong(logits, targets, ignore_index):
+        V = logits.shape[-1]
+        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=ignore_index, reduction="none")
+
+    rejects(checks.lm_loss, wrong, "wrong shape", "a single number", "reduction='mean'")
+
+
 def test_lm_loss_rejects_reduction_sum():
     def wrong(logits, targets, ignore_index):
         V = logits.shape[-1]

@@ -43,6 +43,19 @@ def test_get_batch_rejects_offsets_past_the_last_window():
     rejects(checks.get_batch, wrong, "past the end", "N - block_size - 1")
 
 
+@pytest.mark.parametrize("form", ["stack", "indexing"])
+def test_get_batch_names_a_window_cut_short_at_the_end(form):
+    def wrong(data, block_size, batch_size, generator=None):
+        ix = torch.randint(len(data) - block_size + 1, (batch_size,), generator=generator)  # one too many
+        if form == "stack":
+            return (torch.stack([data[i:i + block_size] for i in ix]),
+                    torch.stack([data[i + 1:i + 1 + block_size] for i in ix]))
+        offsets = ix[:, None] + torch.arange(block_size)
+        return data[offsets], data[offsets + 1]
+
+    rejects(checks.get_batch, wrong, "past the end of data", "N - block_size - 1")
+
+
 def test_get_batch_rejects_never_drawing_the_last_window():
     def wrong(data, block_size, batch_size, generator=None):
         ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)

@@ -98,6 +98,12 @@ def cp_list(ids, counts=None):
     return list(zip(ids, ids[1:]))
 
 
+def cp_no_return(ids, counts=None):
+    counts = {} if counts is None else counts
+    for pair in zip(ids, ids[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+
+
 def test_count_pairs_rejects():
     rejects(checks.count_pairs, cp_once, "counted once", "counts.get(pair, 0) + 1")
     rejects(checks.count_pairs, cp_no_overlap, "overlapping pairs", "(7, 7) twice")
@@ -108,6 +114,7 @@ def test_count_pairs_rejects():
     rejects(checks.count_pairs, cp_update_overwrites, "added to the counts already there", "overwrites")
     rejects(checks.count_pairs, cp_counts_ids, "pairs (a, b)")
     rejects(checks.count_pairs, cp_list, "should return a dict")
+    rejects(checks.count_pairs, cp_no_return, "returned None", "return the dictionary")
 
 
 # --- merge_pair ----------------------------------------------------------------------------------

@@ -320,7 +320,7 @@ def explain(shape, expected, names=None, var="x", output=False):
     tup = lambda t: "(" + ", ".join(map(str, t)) + ("," if len(t) == 1 else "") + ")"  # noqa: E731
     lines = [f"expected shape {tup(expected)}, got {tup(shape)}: {first}."]
     hint = _hint(shape, items, tuple(texts), known, where, problem, var)
-    if texts[0] == str(expected[0]) and names[0] == "a0":  # unnamed axes: drop the "('4')" labels
+    if texts and texts[0] == str(expected[0]) and names[0] == "a0":  # unnamed axes: drop the "('4')" labels
         hint = re.sub(r" \('\d+'\)", "", hint)
         hint = re.sub(r"the first axis '\d+'", "the first axis", hint)
         hint = re.sub(r"axis '(\d+)' \(size \d+\)", r"an axis of size \1", hint)

@@ -377,6 +377,11 @@ def shape_mismatch(got_shape, expected_shape, what: str, names: str | None = Non
     from tutor.shapes import explain
 
     got_shape, expected_shape = tuple(got_shape), tuple(expected_shape)
+    if not expected_shape:  # a single number (a loss, a count) came back as a tensor of values
+        return Mismatch(f"{what} has the wrong shape",
+                        [f"expected a single number (a 0-d tensor, shape ()), got shape {got_shape}"],
+                        "reduce it to one number: average (or sum) over every element, e.g. .mean() or "
+                        "reduction='mean'")
     lines = explain(got_shape, expected_shape, names, var="out", output=True)
     hint = lines[-1][len("Hint: "):] if lines and lines[-1].startswith("Hint: ") else None
     details = lines[:-1] if hint else lines

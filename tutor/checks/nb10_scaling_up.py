@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
-from tutor.checks._core import Mismatch, NotDone, call, case, check
+from tutor.checks._core import LearnerError, Mismatch, NotDone, call, case, check
 
 __all__ = ["get_batch", "flops_per_token", "average_gradients"]
 
@@ -32,8 +32,18 @@ __all__ = ["get_batch", "flops_per_token", "average_gradients"]
 # --- get_batch ----------------------------------------------------------------------------------
 
 
+PAST_THE_END = ("offsets go from 0 to N - block_size - 1: torch.randint(N - block_size, ...) "
+                "(the upper bound of randint is excluded)")
+
+
 def _batch(fn, data, block_size, batch_size, generator, what):
-    got = call(fn, data, block_size, batch_size, generator=generator, what=what)
+    try:
+        got = call(fn, data, block_size, batch_size, generator=generator, what=what)
+    except LearnerError as e:  # a window cut short at the end of data: torch.stack or indexing fails
+        text = str(e.error)
+        if "stack expects each tensor to be equal size" in text or "out of bounds" in text:
+            e.hint = "a window ran past the end of data; " + PAST_THE_END
+        raise
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Mismatch(f"get_batch returned {type(got).__name__}; it should return a pair (x, y)",
                        hint="return x, y" if got is not None else "did you forget `return x, y`?")
@@ -78,8 +88,7 @@ def _offsets(x, y, data):
         expect = data[o + 1:o + 1 + T]
         if len(expect) != T:
             raise Mismatch(f"row {b} starts at offset {o}, too close to the end: its target runs past the end of data",
-                           hint="offsets go from 0 to N - block_size - 1: torch.randint(N - block_size, ...) "
-                                "(the upper bound of randint is excluded)")
+                           hint=PAST_THE_END)
         if not torch.equal(y[b], expect):
             if torch.equal(y[b], x[b]):
                 hint = ("y is x itself: the target of each character is the NEXT one, "

@@ -31,9 +31,12 @@ def _ids_list(got, what):
 def count_pairs(fn):
     cases = [[5, 6, 5, 6, 5, 6, 5], [1, 2, 3, 1, 2], [7, 7, 7], [104, 105], [42], []]
     with case("twice without `counts`", hint_on_error=None):
-        first = dict(call(fn, [1, 2], what="count_pairs([1, 2])"))
-        second = call(fn, [1, 2], what="count_pairs([1, 2]) (a second call)")
-        if dict(second) != {(1, 2): 1} and dict(second) != first:
+        first = call(fn, [1, 2], what="count_pairs([1, 2])")
+        # a copy (a shared default dict changes with the second call); None when it is not a dict (no return, or
+        # another type): the cases below say which
+        first = dict(first) if isinstance(first, dict) else None
+        second = call(fn, [1, 2], what="count_pairs([1, 2]) (a second call)") if first is not None else None
+        if isinstance(second, dict) and dict(second) != {(1, 2): 1} and dict(second) != first:
             raise Mismatch("a second call without `counts` returns the counts of the first call added in",
                            [f"first call:  {first}", f"second call: {dict(second)} (expected {{(1, 2): 1}})"],
                            hint="`def count_pairs(ids, counts={})` shares one dict between all calls: "
@@ -52,11 +55,6 @@ def count_pairs(fn):
             got = dict(got)
             if got == expected:
                 continue
-            keys = list(got)
-            if any(not (isinstance(k, tuple) and len(k) == 2) for k in keys):
-                raise Mismatch("the keys should be pairs (a, b) of adjacent ids",
-                               [f"expected {expected}", f"got      {got}"],
-                               hint="loop over zip(ids, ids[1:]) and use each (a, b) tuple as the key")
             keys = list(got)
             if any(not (isinstance(k, tuple) and len(k) == 2) for k in keys):
                 raise Mismatch("the keys should be pairs (a, b) of adjacent ids",
@@ -245,7 +243,7 @@ def _diagnose_merge(text, special_tokens, merges, k, got_pair, expected_pair, go
     if counts[got_pair] < counts[expected_pair]:
         if max(unweighted.values()) == unweighted.get(got_pair):
             return ("each distinct pre-token is counted once: weight its pairs by how often the pre-token occurs")
-        return f"(b{got_pair!r} occurs {counts[got_pair]} times, {expected_pair!r} {counts[expected_pair]} times)"
+        return f"({got_pair!r} occurs {counts[got_pair]} times, {expected_pair!r} {counts[expected_pair]} times)"
     return None
 
 
