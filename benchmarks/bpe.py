@@ -79,7 +79,7 @@ def encoding(text, repeat):
                             special_tokens=tok.special_ids)
     tik_s, tik_ids = best_of(lambda: enc.encode_ordinary(text), repeat)
     same = ids == tik_ids
-    print(f"\n2. Encoding all of tiny Shakespeare ({n_bytes / 1e6:.2f} MB) with the same 768 merges, vocabulary 1024")
+    print(f"\n2. Encoding all of tiny Shakespeare ({n_bytes / 1e6:.2f} MB) with the same {len(merges)} merges, vocabulary {len(vocab)}")
     print(f"   reference, empty cache   {n_bytes / cold_s / 1e6:6.2f} MB/s  ({n_bytes / cold_s / (n_bytes / tik_s):.2f} of tiktoken)")
     print(f"   reference, warm cache    {n_bytes / warm_s / 1e6:6.2f} MB/s  ({n_bytes / warm_s / (n_bytes / tik_s):.2f} of tiktoken)")
     print(f"   tiktoken                 {n_bytes / tik_s / 1e6:6.2f} MB/s")

@@ -6,7 +6,7 @@
     python benchmarks/train_names.py --quick          # a smoke test: 200 steps of each, 1 seed
     python benchmarks/train_names.py --device cuda --bf16 --compile   # the GPU configuration
 
-The CPU preset (``tutor.trainer.CPU_CONFIG``: the GPT of notebook 07 with 2 layers, 6,000 steps, the thread count
+The CPU preset (``tutor.trainer.CPU_CONFIG``: the GPT of notebook 07 with 2 layers, 5,800 steps, the thread count
 chosen while training by ``tutor.trainer.ThreadChooser``) and the old preset (``OLD_CPU_CONFIG``: 4 layers, 2,200
 steps, one thread) train on the padded batches of ``tutor.data.make_loader``, as notebook 08 does, with
 ``tutor.trainer.fit``: the very loop the notebook runs. Both are evaluated on the same 10,036 held-out names, the

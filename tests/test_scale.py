@@ -197,16 +197,20 @@ def test_mfu_and_peak_table():
     assert tr.mfu(1000.0, 6_000_000, 1e12) == pytest.approx(0.006)
 
 
-def test_modern_model_choice_is_clear_when_notebook_09_is_absent():
+def test_model_choice_builds_notebook_09s_modern_gpt_and_refuses_an_unknown_name():
     from tutor import reference
 
     config = replace(scale.PRESETS["tiny"], model="modern")
-    if hasattr(reference, "ModernGPT"):
-        assert tr.model_class(config) is reference.ModernGPT
-    else:
-        with pytest.raises(ValueError, match="ModernGPT"):
-            tr.model_class(config)
+    assert tr.model_class(config) is reference.ModernGPT
+    model = tr.make_model(config)  # a ModernConfig made from the preset's sizes
+    assert isinstance(model, reference.ModernGPT)
+    assert (model.config.d_model, model.config.n_layers, model.config.max_len) == \
+        (config.d_model, config.n_layers, config.model_config().max_len)
+    ids = torch.randint(0, config.model_config().vocab_size, (2, 8))
+    assert model(ids).shape == (2, 8, config.model_config().vocab_size)
     assert tr.model_class(replace(config, model="tutor.reference.model:GPT")) is reference.GPT
+    with pytest.raises(ValueError, match="unknown model"):
+        tr.model_class(replace(config, model="llama"))
 
 
 def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, text_file):

@@ -13,7 +13,6 @@ loop (``tutor.trainer.fit``); this module only adds the two tokenizations and th
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -188,26 +187,3 @@ def sample(run: Run, prompt: str = "\n", n_bytes: int = 300, temperature: float 
             out += new[0, context.shape[1]:].tolist()
             ids = new
     return tok.decode(out)
-
-
-def budget_for_seconds(tokenized: Tokenized, config: RunConfig, seconds: float, probe_steps: int = 3) -> float:
-    """The FLOPs this machine spends in ``seconds`` training on ``tokenized`` (timed over a few steps)."""
-    from tutor.reference.training import train_step
-    from tutor.trainer import TrainConfig, make_optimizer
-
-    model = make_model(tokenized, config)
-    optimizer = make_optimizer(model, TrainConfig())
-    n_params = sum(p.numel() for p in model.parameters())
-    fpt = flops_per_token(n_params, config.n_layers, config.d_model, config.block_size)
-    x, y = get_batch(tokenized.train, config.block_size, config.batch_size)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train_step(model, (x, y), optimizer, -100)
-        start = time.perf_counter()
-        for _ in range(probe_steps):
-            train_step(model, (x, y), optimizer, -100)
-        per_step = (time.perf_counter() - start) / probe_steps
-    finally:
-        torch.set_num_threads(threads)
-    return seconds / per_step * fpt * config.batch_size * config.block_size

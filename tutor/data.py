@@ -138,8 +138,9 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that no reader ever sees half a file."""
+def _write_atomically(path: Path, data: bytes, keep_previous: Path | None = None) -> None:
+    """Write ``data`` to ``path`` so that no reader ever sees half a file. With ``keep_previous``, the file
+    being replaced is moved there, once the new one is safely on disk (there is always one whole file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -147,6 +148,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if keep_previous is not None and path.exists():
+            os.replace(path, keep_previous)
         os.replace(tmp, path)
     except BaseException:
         try:

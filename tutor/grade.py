@@ -58,7 +58,6 @@ from tutor import points as _points
 from tutor.build import find_root, make_learner_notebook, read_notebook
 
 MIME = "application/vnd.tutor.grade+json"
-FORMATS = ("gradescope", "otter", "csv")
 MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024
 
 # What a submission's name looks like: 01_dot_product_attention.ipynb, alice-03_masking (1).ipynb ...

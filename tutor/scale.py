@@ -34,12 +34,11 @@ writing leaves the previous one intact, kept as ``last.prev.pt``). Ctrl-C saves 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -290,7 +289,7 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
         runner = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     fpt = flops_per_token(n_params(model), config.n_layers, config.d_model, config.block_size)
     threads_before = torch.get_num_threads()
-    if device.type == "cpu" and config.cpu_threads:
+    if device.type == "cpu" and isinstance(config.cpu_threads, int):  # fit sets it too; peak_flops reads it here
         torch.set_num_threads(config.cpu_threads)
     peak, peak_note = tr.peak_flops(device, peak_tflops)
 
@@ -433,7 +432,7 @@ def main(argv=None) -> int:
                 resume = None
         where = f"{d.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'})" if d.on else "1 process"
         say(f"device: {device} x {where}; preset: {config.describe()}"
-            + (f"; bf16 autocast, torch.compile" if device.type == "cuda" and config.bf16 and config.compile else ""))
+            + ("; bf16 autocast, torch.compile" if device.type == "cuda" and config.bf16 and config.compile else ""))
         if resume is not None:
             say(f"resuming from {resume}")
         try:

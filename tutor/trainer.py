@@ -221,12 +221,9 @@ def model_class(config):
 
         return GPT
     if name == "modern":
-        import tutor.reference as reference
+        from tutor.reference.model import ModernGPT
 
-        if not hasattr(reference, "ModernGPT"):
-            raise ValueError("model='modern' needs notebook 09's ModernGPT in tutor.reference, which this "
-                             "version of the course does not have yet; use model='gpt'")
-        return reference.ModernGPT
+        return ModernGPT
     module, _, attribute = name.partition(":")
     if not attribute:
         raise ValueError(f"unknown model {name!r}: use 'gpt', 'modern' or 'package.module:Class'")
@@ -238,7 +235,14 @@ def model_class(config):
 def make_model(config: TrainConfig, device="cpu"):
     """A fresh GPT for ``config`` on ``device``, seeded with ``config.seed``, with fused kernels if asked."""
     torch.manual_seed(config.seed)
-    model = model_class(config)(config.model_config()).to(device)
+    cls, gpt_config = model_class(config), config.model_config()
+    if cls.__name__ == "ModernGPT":  # notebook 09's model takes a ModernConfig (no position table, SwiGLU, RoPE)
+        from dataclasses import asdict
+
+        from tutor.reference.model import ModernConfig
+
+        gpt_config = ModernConfig(**{k: v for k, v in asdict(gpt_config).items() if k != "dropout"})
+    model = cls(gpt_config).to(device)
     if config.fused_kernels:
         use_fused_kernels(model)
     return model
@@ -331,7 +335,7 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
         runner = AutocastBF16(runner)
     if config.compile and device.type == "cuda":
         runner = torch.compile(runner)
-    # On 2 idle cores a second thread makes a step of the CPU preset about 1.6x faster, but threads that wait for
+    # On 2 idle cores a second thread makes a step of the CPU preset about 1.3-1.5x faster, but threads that wait for
     # each other slow down many times over when other programs share the cores: "auto" measures which is faster.
     threads = torch.get_num_threads()
     chooser = None
@@ -449,7 +453,8 @@ def _count_tokens(y, ignore_index) -> int:
 
 
 def cpu_cores() -> int:
-    """The CPU cores this process may run on (a container's limit included, where the OS reports it)."""
+    """The CPU cores this process may run on (its affinity, e.g. a container's cpuset; a CPU quota is not seen
+    here, which is one reason ``ThreadChooser`` measures instead of trusting this number)."""
     import os
 
     try:
@@ -504,7 +509,7 @@ class ThreadChooser:
 
 # Seconds per step of ``CPU_CONFIG``'s model and batch size on an idle 2-core CPU (2 threads, chosen by
 # ``ThreadChooser``), evaluations included, on padded batches, as notebook 08 runs it (its live plot included).
-CPU_SECONDS_PER_STEP = 110 / 5800  # notebook 08 re-executed on an idle machine: 5,800 steps in 109 s
+CPU_SECONDS_PER_STEP = 110 / 5800  # notebook 08 re-executed on an idle machine: 5,800 steps in 103-109 s (3 runs)
 SLOW_FACTOR = 1.5  # projected / expected time above which the progress bar says the machine is slow
 TIMING_STEPS = (15, 65)  # the steps between which the speed of the machine is measured (after ThreadChooser's first)
 
@@ -769,8 +774,6 @@ def accumulate_step(model, batches, optimizer, ignore_index, clip=1.0):
 
     Returns the mean loss as a float.
     """
-    from tutor.reference.training import lm_loss
-
     if not _is_micro_batches(batches):
         batches = [batches]
     device = next(model.parameters()).device
@@ -855,32 +858,16 @@ def save_training_state(path, state: dict, keep_previous: bool = True):
     """
     import hashlib
     import io
-    import os
-    import tempfile
     from pathlib import Path
 
+    from tutor.data import _write_atomically
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getvalue()
     header = CHECKPOINT_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        if keep_previous and path.exists():
-            os.replace(path, previous_checkpoint(path))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _write_atomically(path, header + payload, keep_previous=previous_checkpoint(path) if keep_previous else None)
     return path
 
 
