@@ -237,7 +237,7 @@ def _hint(shape, items, texts, known, where, problem, var):
                 to = j - 1 if i < j else j + 1  # next to axis j, as its major (i < j) or minor part
                 moved = list(shape)
                 moved.insert(to, moved.pop(i))
-                lo = min(to, j if i < j else j)
+                lo = min(to, j)
                 merged = moved[:lo] + [moved[lo] * moved[lo + 1]] + moved[lo + 2:]
                 if fits(merged):
                     move = f"transpose({i}, {to})" if abs(i - to) == 1 else f"movedim({i}, {to})"
