@@ -615,20 +615,13 @@ def test_run_refuses_when_the_names_are_not_the_full_data_set(tmp_path):
     assert (solutions / "ran").read_text() == "yes"
 
 
-def test_run_with_the_full_data_set_is_not_refused():
+def test_data_source_problem_is_none_for_the_full_data_set(monkeypatch):
     from tutor import __main__ as cli_main
     from conftest import ALLNAMES
     if not ALLNAMES.is_file():
         pytest.skip(f"{ALLNAMES} is absent")
-    old = os.environ.get("TUTOR_NAMES")
-    os.environ["TUTOR_NAMES"] = str(ALLNAMES)
-    try:
-        assert cli_main.data_source_problem() is None
-    finally:
-        if old is None:
-            os.environ.pop("TUTOR_NAMES")
-        else:
-            os.environ["TUTOR_NAMES"] = old
+    monkeypatch.setenv("TUTOR_NAMES", str(ALLNAMES))
+    assert cli_main.data_source_problem() is None
 
 
 def _widget_notebook(ids):

@@ -226,8 +226,9 @@ def test_bad_input(mixed_tokenizer, tmp_path):
         list(tok.encode_iterable(open(latin1, "rb")))
 
 
-def test_module_lists_its_rules():
-    assert bpe.GPT2_PATTERN.startswith("'(?:[sdmt]|ll|ve|re)")
+def test_pretokenizer_is_gpt2s_pattern():
+    assert bpe.GPT2_PATTERN == r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    assert bpe.PRETOKEN.findall("We'll   see 42 birds!") == ["We", "'ll", "  ", " see", " 42", " birds", "!"]
 
 
 # --- the payoff's plumbing (the training itself runs in the notebook and benchmarks/bpe.py --payoff) ---

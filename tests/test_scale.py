@@ -152,13 +152,15 @@ def test_a_write_that_fails_half_way_leaves_the_last_checkpoint_intact(tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left behind
 
 
-def test_the_script_reports_a_corrupted_checkpoint_without_a_traceback(tmp_path, text_file):
+def test_the_script_reports_a_corrupted_checkpoint_without_a_traceback(tmp_path, text_file, capsys):
     out_dir = tmp_path / "run"
     out_dir.mkdir()
     (out_dir / "last.pt").write_bytes(b"garbage")
     code = scale.main(["--preset", "tiny", "--max-steps", "2", "--quiet", "--data", str(text_file),
                        "--out-dir", str(out_dir), "--resume"])
     assert code == 2
+    err = capsys.readouterr().err
+    assert "last.pt" in err and "Traceback" not in err
 
 
 def test_gradient_accumulation_equals_one_big_batch():
@@ -213,7 +215,8 @@ def test_model_choice_builds_notebook_09s_modern_gpt_and_refuses_an_unknown_name
         tr.model_class(replace(config, model="llama"))
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, text_file):
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, text_file, signal_name):
     import signal
     import time
 
@@ -225,7 +228,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, text_file):
     deadline = time.monotonic() + 120
     while not (out_dir / "last.pt").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, signal_name))  # Ctrl-C, or what a job scheduler sends
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     assert "Ctrl-C" in stderr and "stopped early" in stdout and "Traceback" not in stderr
