@@ -31,31 +31,43 @@ def bigram_counts(model, title="bigram counts: how often the column letter follo
     return fig
 
 
+def _typical_batch(loader, n_batches):
+    """Of ``loader``'s first ``n_batches`` target batches, the one whose share of padding is closest to the
+    share over all of them (which is returned too): a batch the picture can show as typical."""
+    from tutor.data import PAD_Y, padding_fraction
+
+    batches = [batch for batch, _ in zip(loader, range(n_batches))]
+    share = padding_fraction(batches)
+    typical = min((y for _, y in batches), key=lambda y: abs((y == PAD_Y).float().mean().item() - share))
+    return typical, share
+
+
 def padding_picture(plain_loader, sortish_loader, rows=32, n_batches=100,
                     title="what a batch computes: real characters and padding"):
-    """One batch of each loader side by side (its first ``rows`` names, one row each): real targets,
-    padding (computed, then ignored by the loss), and white where the batch ends. Each panel's title
-    gives the share of padding over ``n_batches`` batches."""
+    """One typical batch of each loader side by side (``rows`` of its names, evenly spaced, one row each):
+    real targets, padding (computed, then ignored by the loss), and white where the batch ends. Each
+    panel's title gives the share of padding over ``n_batches`` batches; the batch shown is the one
+    whose own share is closest to it (a sortish batch holds its names sorted by length)."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    from tutor.data import PAD_Y, padding_fraction
+    from tutor.data import PAD_Y
 
     panels = [("plain shuffled batches", plain_loader), ("length-bucketed (sortish) batches", sortish_loader)]
-    batches = [next(iter(loader))[1] for _, loader in panels]
-    width = max(y.shape[1] for y in batches)
+    typical = [_typical_batch(loader, n_batches) for _, loader in panels]
+    width = max(y.shape[1] for y, _ in typical)
     colours = ListedColormap(["white", "#f4a582", "tab:blue"])  # outside the batch, padding, real
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, (name, loader), y in zip(axes, panels, batches):
-        cells = torch.zeros(min(rows, y.shape[0]), width)
-        cells[:, :y.shape[1]] = 1.0 + (y[:rows] != PAD_Y).float()
+    for ax, (name, _), (y, share) in zip(axes, panels, typical):
+        shown = y[torch.linspace(0, y.shape[0] - 1, min(rows, y.shape[0])).long()]
+        cells = torch.zeros(shown.shape[0], width)
+        cells[:, :y.shape[1]] = 1.0 + (shown != PAD_Y).float()
         ax.imshow(cells.numpy(), cmap=colours, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
-        share = padding_fraction(loader, max_batches=n_batches)
         ax.set_title(f"{name}: {y.shape[0]} names x {y.shape[1]} positions\n"
                      f"{share:.0%} of the computed positions are padding ({n_batches} batches)", fontsize=10)
         ax.set_xlabel("position in the batch (one column per character)")
         ax.set_xticks(range(0, width, 2))
-    axes[0].set_ylabel(f"name in the batch (the first {rows})")
+    axes[0].set_ylabel(f"{rows} names of the batch, evenly spaced")
     fig.legend(handles=[Patch(facecolor="tab:blue", label="real target"),
                         Patch(facecolor="#f4a582", label="padding: computed, then ignored by the loss"),
                         Patch(facecolor="white", edgecolor="grey", label="not computed: the batch ends")],
