@@ -51,6 +51,7 @@ __all__ = [
     "LoadedText", "load_shakespeare", "load_shakespeare_with_source", "SHAKESPEARE_CHARS", "CharVocab",
     "split_text", "ShakespeareData", "shakespeare_data",
     "SortishBatchSampler", "make_sortish_loader", "padding_fraction",
+    "PACK_WIDTH", "pack_names", "make_packed_loader", "name_starts", "name_positions", "same_name_mask",
 ]
 
 # -----------------------------------------------------------------------------
@@ -761,3 +762,88 @@ def padding_fraction(loader, max_batches: int | None = None) -> float:
         padded += int((y == PAD_Y).sum())
         total += y.numel()
     return padded / max(total, 1)
+
+
+# -----------------------------------------------------------------------------
+# packed batches: several names per row, none of them padded
+
+PACK_WIDTH = 16  # positions per packed row: the position table of notebook 07's GPT (max_len 16)
+
+
+def pack_names(batch, width: int = PACK_WIDTH) -> tuple[torch.Tensor, torch.Tensor]:
+    """A list of ``(x, y)`` pairs -> ``X [R, width]``, ``Y [R, width]``: the names laid end to end in rows.
+
+    Longest name first, each goes into the row with the least room that still fits it (a new row when
+    none does), so a row holds two or three names and only its end is padded (``PAD_X`` in ``X``,
+    ``PAD_Y`` in ``Y``). Each name keeps its own ``' '`` at the start of its ``x``: that is how
+    ``name_positions`` and ``same_name_mask`` find where it begins. The same names give the same targets
+    as ``collate``, in fewer positions.
+    """
+    lengths = [len(x) for x, _ in batch]
+    order = sorted(range(len(batch)), key=lengths.__getitem__, reverse=True)
+    rows_with_room = [[] for _ in range(width + 1)]  # rows_with_room[r]: the rows with exactly r free positions
+    room, start = [], [0] * len(batch)  # free positions of each row; where each name starts (flat index)
+    for i in order:
+        n = lengths[i]
+        if n > width:
+            raise ValueError(f"a name of {n - 1} letters needs {n} positions, but packed rows have {width}: "
+                             f"use a larger width")
+        fits = next((r for r in range(n, width + 1) if rows_with_room[r]), None)
+        if fits is None:
+            row = len(room)
+            room.append(width)
+        else:
+            row = rows_with_room[fits].pop()
+        start[i] = row * width + width - room[row]
+        room[row] -= n
+        rows_with_room[room[row]].append(row)
+    n = torch.tensor(lengths)
+    first = torch.cumsum(n, 0) - n  # where each name starts in the concatenation of all names
+    where = torch.tensor(start).repeat_interleave(n) + torch.arange(int(n.sum())) - first.repeat_interleave(n)
+    X = torch.full((len(room) * width,), PAD_X, dtype=torch.long)
+    Y = torch.full((len(room) * width,), PAD_Y, dtype=torch.long)
+    X[where] = torch.cat([x for x, _ in batch])
+    Y[where] = torch.cat([y for _, y in batch])
+    return X.view(-1, width), Y.view(-1, width)
+
+
+def make_packed_loader(names, batch_size: int = 64, seed: int = 0, width: int = PACK_WIDTH) -> DataLoader:
+    """Like ``make_loader(names, batch_size, shuffle=True, seed=seed)``: the same names in the same batches,
+    but each batch packed into rows of ``width`` positions (``pack_names``), so that almost nothing is padding.
+
+    A model trained on these batches must keep each name to itself: ``tutor.trainer.PackedNames`` gives the
+    GPT ``same_name_mask`` and ``name_positions``. Then the loss of a batch is the loss of the same names
+    padded, up to float rounding.
+    """
+    from functools import partial
+
+    dataset = names if isinstance(names, Dataset) else NamesDataset(names)
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator,
+                      collate_fn=partial(pack_names, width=width))
+
+
+def name_starts(ids: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` bool: True where a name starts (its ``' '``). Padding is ``' '`` too, so each padded
+    position counts as a name of its own: nothing real ever attends to it, and the loss ignores it."""
+    return ids == PAD_X
+
+
+def name_positions(ids: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` LongTensor: each position's place inside its own name (0 at its ``' '``).
+
+    ``" ann bo"`` -> ``[0, 1, 2, 3, 0, 1, 2]``. On a padded batch (one name per row) it is ``arange(T)``
+    up to the padding."""
+    T = ids.shape[-1]
+    index = torch.arange(T, device=ids.device).expand_as(ids)
+    start = torch.where(name_starts(ids), index, torch.zeros_like(index)).cummax(dim=-1).values
+    return index - start
+
+
+def same_name_mask(ids: torch.Tensor) -> torch.Tensor:
+    """``[B, T, T]`` bool: True where query position ``i`` and key position ``j`` belong to the same name.
+
+    Give it to the GPT as ``mask``: its attention ANDs it with the causal mask, so each position sees
+    only the earlier characters of its own name."""
+    name = name_starts(ids).cumsum(dim=-1)  # which name of the row each position belongs to
+    return name.unsqueeze(-1) == name.unsqueeze(-2)

@@ -176,6 +176,9 @@ class TrainConfig:
     # the fastest of 1, 2, 4, ... measured while training, again every few hundred steps); see fit
     cpu_threads: int | str | None = 1
     fused_kernels: bool = True  # F.scaled_dot_product_attention and F.layer_norm instead of the hand-written ones
+    # train on the packed rows of ``tutor.data.make_packed_loader``: fit then wraps the model in ``PackedNames``
+    packed: bool = False
+    optimizer: str = "adamw"  # or "muon": Muon for the matrices inside the blocks, AdamW for the rest (``MuonAdamW``)
     seed: int = 0
 
     def model_config(self) -> GPTConfig:
@@ -183,15 +186,23 @@ class TrainConfig:
                          n_layers=self.n_layers, dropout=self.dropout)
 
     def describe(self) -> str:
-        return (f"d_model={self.d_model}, {self.n_layers} layers, {self.n_heads} heads, batch {self.batch_size}, "
-                f"{self.steps} steps, lr {self.max_lr:g} → {self.min_lr:g}")
+        packed = " (packed rows)" if self.packed else ""
+        optimizer = "Muon + AdamW" if self.optimizer == "muon" else "AdamW"
+        return (f"d_model={self.d_model}, {self.n_layers} layers, {self.n_heads} heads, batch {self.batch_size}{packed}, "
+                f"{self.steps} steps, {optimizer}, lr {self.max_lr:g} → {self.min_lr:g}")
 
 
-# Sized for two minutes on a laptop CPU (2 cores), on the padded batches of ``tutor.data.make_loader``, and for one
-# modern GPU. With a fixed time, the CPU preset is the GPT of notebook 07 with 2 layers instead of 4: a step takes
-# about half as long, so it makes about twice as many, and ends lower (benchmarks/train_names.py).
-CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=128, steps=5800, max_lr=8e-3, min_lr=5e-4,
-                         warmup_steps=100, eval_every=500, eval_batches=10, cpu_threads="auto")
+# Sized for two minutes on a laptop CPU (2 cores) and for one modern GPU. With a fixed time, the CPU preset is the GPT
+# of notebook 07 with 2 layers instead of 4 (a step takes about half as long, so it makes about twice as many, and
+# ends lower), on packed batches (``tutor.data.make_packed_loader``: a step computes about 40% fewer positions),
+# trained by Muon and AdamW (``MuonAdamW``: lower after the same number of steps), in batches of 256 names (Muon costs
+# about as much per step whatever the batch holds). benchmarks/train_names.py measures it, --ablate each change alone.
+CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=256, steps=3000, max_lr=1.8e-2, min_lr=5e-4,
+                         warmup_steps=100, eval_every=250, eval_batches=10, cpu_threads="auto", packed=True,
+                         optimizer="muon")
+# The preset before packing and Muon (issue 9, first round): 1.832 (excluding the first letter) in about 110 s.
+PADDED_CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=128, steps=5800, max_lr=8e-3,
+                                min_lr=5e-4, warmup_steps=100, eval_every=500, eval_batches=10, cpu_threads="auto")
 # The CPU preset as issue 9 found it: 1.893 (excluding the first letter) in 105.6 s on an idle 2-core CPU, on one
 # thread. Kept by name so that benchmarks compare against it.
 OLD_CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=4, batch_size=128, steps=2200, max_lr=8e-3,
@@ -294,13 +305,92 @@ def _batches(loader):
         yield from loader
 
 
-def make_optimizer(model, config: TrainConfig):
+def _adamw(params, config: TrainConfig):
     """AdamW with weight decay on the matrices (Linear and Embedding weights) only, as in GPT-2."""
-    params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=config.max_lr, betas=(0.9, 0.99))
+
+
+class MuonAdamW:
+    """Two optimizers stepped as one: ``torch.optim.Muon`` for the weight matrices inside the blocks, AdamW for
+    everything else (the embeddings, the head, LayerNorms and biases, which Muon is not made for).
+
+    Muon keeps a momentum of the gradient, as SGD does, but replaces each matrix's update by the nearest
+    orthogonal matrix (a few Newton-Schulz iterations): every direction of the matrix moves by the same amount, so
+    the rare directions learn as fast as the common ones. ``adjust_lr_fn="match_rms_adamw"`` scales the update to
+    the size of an AdamW update, so one learning rate (set through ``param_groups``, as ``fit`` does) suits both.
+    """
+
+    def __init__(self, muon, adamw):
+        self.muon, self.adamw = muon, adamw
+
+    @property
+    def param_groups(self):
+        return self.muon.param_groups + self.adamw.param_groups
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.muon.zero_grad(set_to_none=set_to_none)
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        loss = self.muon.step(closure)
+        self.adamw.step()
+        return loss
+
+    def state_dict(self):
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state):
+        self.muon.load_state_dict(state["muon"])
+        self.adamw.load_state_dict(state["adamw"])
+
+
+def block_matrices(model) -> list:
+    """The weights of every ``nn.Linear`` inside ``model.blocks``: the matrices Muon trains."""
+    return [m.weight for m in model.blocks.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
+
+
+def make_optimizer(model, config: TrainConfig):
+    """``config.optimizer``: ``"adamw"`` (AdamW, weight decay on the matrices only, as in GPT-2) or ``"muon"``
+    (``MuonAdamW``; AdamW alone, with a warning, on a PyTorch older than 2.9, which has no ``torch.optim.Muon``)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    kind = getattr(config, "optimizer", "adamw")
+    if kind == "adamw":
+        return _adamw(params, config)
+    if kind != "muon":
+        raise ValueError(f"unknown optimizer {kind!r}: use 'adamw' or 'muon'")
+    if not hasattr(torch.optim, "Muon"):
+        import warnings
+
+        warnings.warn(f"PyTorch {torch.__version__} has no torch.optim.Muon (new in 2.9): training with AdamW "
+                      "alone, so the validation loss will be a little higher than the figures quoted", stacklevel=2)
+        return _adamw(params, config)
+    matrices = block_matrices(model)
+    chosen = {id(p) for p in matrices}
+    muon = torch.optim.Muon(matrices, lr=config.max_lr, weight_decay=config.weight_decay,
+                            adjust_lr_fn="match_rms_adamw")
+    return MuonAdamW(muon, _adamw([p for p in params if id(p) not in chosen], config))
+
+
+class PackedNames(nn.Module):
+    """A GPT for packed batches (``tutor.data.make_packed_loader``): ``forward(ids)`` gives the GPT, found from the
+    ``' '`` that starts each name, a mask that keeps attention inside each name (``data.same_name_mask``) and
+    positions that restart at 0 with every name (``data.name_positions``).
+
+    On an ordinary padded batch (one name per row) it gives the same logits as the GPT at every real position, so
+    evaluation may use either. The weights are the GPT's own: save and load ``model``, not the wrapper.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        from tutor.data import name_positions, same_name_mask
+
+        return self.model(ids, mask=same_name_mask(ids), positions=name_positions(ids))
 
 
 def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, eval_fn=None, lr_fn=None,
@@ -331,6 +421,8 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     device = next(model.parameters()).device
     optimizer = optimizer or make_optimizer(model, config)
     runner = model if runner is None else runner
+    if getattr(config, "packed", False):
+        runner = PackedNames(runner)
     if config.bf16 and device.type == "cuda":
         runner = AutocastBF16(runner)
     if config.compile and device.type == "cuda":
@@ -509,7 +601,7 @@ class ThreadChooser:
 
 # Seconds per step of ``CPU_CONFIG``'s model and batch size on an idle 2-core CPU (2 threads, chosen by
 # ``ThreadChooser``), evaluations included, on padded batches, as notebook 08 runs it (its live plot included).
-CPU_SECONDS_PER_STEP = 110 / 5800  # notebook 08 re-executed on an idle machine: 5,800 steps in 103-109 s (3 runs)
+CPU_SECONDS_PER_STEP = 95 / 3000  # benchmarks/train_names.py on an idle machine: 3,000 steps in 86-100 s (3 runs)
 SLOW_FACTOR = 1.5  # projected / expected time above which the progress bar says the machine is slow
 TIMING_STEPS = (15, 65)  # the steps between which the speed of the machine is measured (after ThreadChooser's first)
 
@@ -517,8 +609,8 @@ TIMING_STEPS = (15, 65)  # the steps between which the speed of the machine is m
 def expected_seconds(config: TrainConfig, device="cpu") -> float | None:
     """The wall time a run of ``config`` should take on an idle 2-core CPU, or ``None`` when there is no
     calibrated figure for it (another model or batch size, or not a CPU)."""
-    same = ("d_model", "n_heads", "n_layers", "batch_size", "cpu_threads", "fused_kernels")
-    if torch.device(device).type != "cpu" or any(getattr(config, k) != getattr(CPU_CONFIG, k) for k in same):
+    same = ("d_model", "n_heads", "n_layers", "batch_size", "cpu_threads", "fused_kernels", "packed", "optimizer")
+    if torch.device(device).type != "cpu" or any(getattr(config, k, None) != getattr(CPU_CONFIG, k) for k in same):
         return None
     return config.steps * CPU_SECONDS_PER_STEP
 

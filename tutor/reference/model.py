@@ -51,9 +51,12 @@ class GPT(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, ids, mask=None):
+    def forward(self, ids, mask=None, positions=None):
+        """``ids [B, T] -> logits [B, T, V]``. ``positions`` (``[T]`` or ``[B, T]``, default ``arange(T)``) picks the
+        rows of the position table: notebook 08's packed batches restart them at every name."""
         B, T = ids.shape
-        positions = torch.arange(T, device=ids.device)
+        if positions is None:
+            positions = torch.arange(T, device=ids.device)
         x = self.drop(self.tok_emb(ids) + self.pos_emb(positions))
         for block in self.blocks:
             x = block(x, mask)

@@ -32,48 +32,74 @@ def bigram_counts(model, title="bigram counts: how often the column letter follo
 
 
 def _typical_batch(loader, n_batches):
-    """Of ``loader``'s first ``n_batches`` target batches, the one whose share of padding is closest to the
-    share over all of them (which is returned too): a batch the picture can show as typical."""
+    """Of ``loader``'s first ``n_batches`` batches, the ``(x, y)`` whose share of padding is closest to the share
+    over all of them (which is returned too): a batch the picture can show as typical."""
     from tutor.data import PAD_Y, padding_fraction
 
     batches = [batch for batch, _ in zip(loader, range(n_batches))]
     share = padding_fraction(batches)
-    typical = min((y for _, y in batches), key=lambda y: abs((y == PAD_Y).float().mean().item() - share))
+    typical = min(batches, key=lambda b: abs((b[1] == PAD_Y).float().mean().item() - share))
     return typical, share
 
 
-def padding_picture(plain_loader, sortish_loader, rows=32, n_batches=100,
+def padding_picture(plain_loader, packed_loader, rows=32, n_batches=100,
                     title="what a batch computes: real characters and padding"):
-    """One typical batch of each loader side by side (``rows`` of its names, evenly spaced, one row each):
-    real targets, padding (computed, then ignored by the loss), and white where the batch ends. Each
-    panel's title gives the share of padding over ``n_batches`` batches; the batch shown is the one
-    whose own share is closest to it (a sortish batch holds its names sorted by length)."""
+    """One typical batch of each loader side by side (``rows`` of its rows, evenly spaced): real targets (in a
+    packed row, its names in alternating shades), padding (computed, then ignored by the loss), and white where
+    the batch ends. Each panel's title gives the share of padding over ``n_batches`` batches; the batch shown is
+    the one whose own share is closest to it. Also works with a sortish loader as the second one."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    from tutor.data import PAD_Y
+    from tutor.data import PAD_Y, name_starts
 
-    panels = [("plain shuffled batches", plain_loader), ("length-bucketed (sortish) batches", sortish_loader)]
+    panels = [("plain shuffled batches", plain_loader), ("packed batches", packed_loader)]
     typical = [_typical_batch(loader, n_batches) for _, loader in panels]
-    width = max(y.shape[1] for y, _ in typical)
-    colours = ListedColormap(["white", "#f4a582", "tab:blue"])  # outside the batch, padding, real
+    width = max(y.shape[1] for (_, y), _ in typical)
+    # outside the batch, padding, a real target, a real target of the next name in the row
+    colours = ListedColormap(["white", "#f4a582", "tab:blue", "#92c5de"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, (name, _), (y, share) in zip(axes, panels, typical):
-        shown = y[torch.linspace(0, y.shape[0] - 1, min(rows, y.shape[0])).long()]
-        cells = torch.zeros(shown.shape[0], width)
-        cells[:, :y.shape[1]] = 1.0 + (shown != PAD_Y).float()
-        ax.imshow(cells.numpy(), cmap=colours, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
-        ax.set_title(f"{name}: {y.shape[0]} names x {y.shape[1]} positions\n"
+    for ax, (name, _), ((x, y), share) in zip(axes, panels, typical):
+        picked = torch.linspace(0, y.shape[0] - 1, min(rows, y.shape[0])).long()
+        shown_x, shown_y = x[picked], y[picked]
+        nth_name = name_starts(shown_x).cumsum(dim=-1)  # 1 for the first name of a row, 2 for the second, ...
+        cells = torch.zeros(shown_y.shape[0], width)
+        real = (shown_y != PAD_Y).float()
+        cells[:, :y.shape[1]] = 1.0 + real * (1.0 + (nth_name % 2 == 0).float())
+        ax.imshow(cells.numpy(), cmap=colours, vmin=0, vmax=3, aspect="auto", interpolation="nearest")
+        names = int((name_starts(x) & (y != PAD_Y)).sum())
+        ax.set_title(f"{name}: {names} names in {y.shape[0]} rows x {y.shape[1]} positions\n"
                      f"{share:.0%} of the computed positions are padding ({n_batches} batches)", fontsize=10)
-        ax.set_xlabel("position in the batch (one column per character)")
+        ax.set_xlabel("position in the row (one column per character)")
         ax.set_xticks(range(0, width, 2))
-    axes[0].set_ylabel(f"{rows} names of the batch, evenly spaced")
-    fig.legend(handles=[Patch(facecolor="tab:blue", label="real target"),
+    axes[0].set_ylabel(f"{min(rows, typical[0][0][1].shape[0])} rows of the batch, evenly spaced")
+    fig.legend(handles=[Patch(facecolor="tab:blue", label="a name's targets"),
+                        Patch(facecolor="#92c5de", label="the next name in the same row"),
                         Patch(facecolor="#f4a582", label="padding: computed, then ignored by the loss"),
                         Patch(facecolor="white", edgecolor="grey", label="not computed: the batch ends")],
-               loc="lower center", ncol=3, fontsize=8, frameon=False)
+               loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def packed_mask_picture(x, title="one packed row: which positions each position may attend to"):
+    """The attention mask of one packed row ``x [T]``: ``same_name_mask`` AND the causal mask, with the row's
+    characters on both axes (``' '`` drawn as ␣). Each name is a triangle of its own."""
+    from tutor.data import same_name_mask
+    from tutor.reference.tokens import decode
+
+    T = x.shape[-1]
+    mask = same_name_mask(x.unsqueeze(0))[0] & torch.ones(T, T, dtype=torch.bool).tril()
+    labels = list(decode(x).replace(" ", "␣"))
+    fig, ax = plt.subplots(figsize=(4.6, 4.6))
+    ax.imshow(mask.numpy(), cmap="Blues", vmin=0, vmax=1.3, interpolation="nearest")
+    ax.set_xticks(range(T), labels)
+    ax.set_yticks(range(T), labels)
+    ax.set_xlabel("key: the position looked at")
+    ax.set_ylabel("query: the position looking")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
     return fig
 
 
