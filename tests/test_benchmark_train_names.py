@@ -19,13 +19,16 @@ def load_benchmark():
 def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     threads = torch.get_num_threads()
     try:
-        assert load_benchmark().main(["--steps", "12", "--seeds", "2", "--rounds", "1", "--sortish"]) == 0
+        assert load_benchmark().main(["--steps", "12", "--seeds", "2", "--rounds", "1", "--sortish", "--ablate"]) == 0
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert "preset: d_model=64, 2 layers" in out and "old preset: d_model=64, 4 layers" in out
     header = next(line for line in out.splitlines() if "preset (mean of 2)" in line)
     assert "old preset (seed 0)" in header and "preset, sortish (seed 0)" in header
+    for ablation in ("preset, padded batches (seed 0)", "preset, AdamW alone (seed 0)", "padded AdamW preset (seed 0)"):
+        assert ablation in header
+    assert "batch 256 (packed rows)" in out and "Muon + AdamW" in out
     params = next(line for line in out.splitlines() if line.startswith("parameters"))
     assert "104,192" in params and "203,648" in params
     for row in ("training wall time (s)", "tokens per second", "CPU threads", "excluding the 1st letter"):
@@ -34,5 +37,5 @@ def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     goal = next(line for line in out.splitlines() if line.startswith("goal (CPU)"))
     assert "<= 1.8 excluding the first letter within 120 s, mean of 2" in goal
     assert goal.endswith("NOT met (a --quick or --steps run: not the preset)")  # 12 steps never meet it
-    assert "sortish / padded batches" in out and "whole runs: sortish" in out
+    assert "padded / sortish" in out and "padded / packed" in out and "whole runs: sortish" in out
     assert "F.scaled_dot_product_attention + F.layer_norm" in out
