@@ -669,7 +669,7 @@ def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, ev
     label = None if expected is None else f"expected {format_duration(expected)}"
     shown = bar.desc if bar is not None else None
 
-    def describe():  # the progress bar's label: "training (expected 1 min 50 s; 2 threads)"
+    def describe():  # the progress bar's label: "training (expected 1 min 35 s; 2 threads)"
         parts = [label] if label else []
         if chooser is not None and chooser.choices:
             parts.append(f"{chooser.threads} thread" + ("s" if chooser.threads > 1 else ""))
