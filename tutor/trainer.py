@@ -192,7 +192,7 @@ class TrainConfig:
                 f"{self.steps} steps, {optimizer}, lr {self.max_lr:g} → {self.min_lr:g}")
 
 
-# Sized for two minutes on a laptop CPU (2 cores) and for one modern GPU. With a fixed time, the CPU preset is the GPT
+# Sized for about 90 seconds on a laptop CPU (2 cores; the goal is 120 s) and for one modern GPU. With a fixed time, the CPU preset is the GPT
 # of notebook 07 with 2 layers instead of 4 (a step takes about half as long, so it makes about twice as many, and
 # ends lower), on packed batches (``tutor.data.make_packed_loader``: a step computes about 40% fewer positions),
 # trained by Muon and AdamW (``MuonAdamW``: lower after the same number of steps), in batches of 256 names (Muon costs
@@ -401,7 +401,8 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     ``step_fn``, ``eval_fn`` and ``lr_fn`` default to ``train_step``, ``evaluate`` and
     ``lr_schedule``; the notebook passes the learner's own. ``plot`` (optional) has an
     ``update(history)`` method called after every evaluation (see ``tutor.viz.training.LivePlot``).
-    ``config.bf16`` and ``config.compile`` only act on CUDA.
+    ``config.bf16`` and ``config.compile`` only act on CUDA. With ``config.packed`` (batches from
+    ``tutor.data.make_packed_loader``), the step and the evaluation get the model wrapped in ``PackedNames``.
 
     For longer runs (notebook 10, ``python -m tutor.scale``):
 
