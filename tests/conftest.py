@@ -14,3 +14,15 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))  # for `import checkkit`
 def _not_strict(monkeypatch):
     """Unit tests look at check results; they must not raise."""
     monkeypatch.delenv("TUTOR_STRICT", raising=False)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one thread is fastest, and far faster on a CPU shared with other jobs. Restores the count after.
+    A test module asks for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -14,12 +14,7 @@ from tutor import reference as ref
 from tutor import trainer as tr
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 NAMES = ["laika", "zoe", "ana", "maximilian", "bo", "evelyn", "tom", "emma", "olivia", "liam", "noah", "ava",
@@ -211,15 +206,24 @@ def test_muon_adamw_steps_both_and_takes_the_learning_rate_from_param_groups():
 
 @needs_muon
 def test_muon_adamw_state_dict_round_trip():
+    """A restored optimizer takes exactly the step the original would (momentum and Adam's moments restored);
+    a fresh one does not."""
+    import copy
+
     config = muon_config()
     model = tr.make_model(config)
     optimizer = tr.make_optimizer(model, config)
     X, Y = data.collate(items(NAMES[:4]))
     ref.train_step(model, (X, Y), optimizer, data.PAD_Y)
-    again = tr.make_optimizer(model, config)
-    again.load_state_dict(optimizer.state_dict())
-    assert again.state_dict()["muon"]["state"].keys() == optimizer.state_dict()["muon"]["state"].keys()
-    assert len(again.state_dict()["adamw"]["state"]) == len(optimizer.state_dict()["adamw"]["state"]) > 0
+    restored_model, fresh_model = copy.deepcopy(model), copy.deepcopy(model)
+    restored = tr.make_optimizer(restored_model, config)
+    restored.load_state_dict(copy.deepcopy(optimizer.state_dict()))  # a copy, as torch.save and torch.load make
+    fresh = tr.make_optimizer(fresh_model, config)
+    for m, opt in ((model, optimizer), (restored_model, restored), (fresh_model, fresh)):
+        ref.train_step(m, (X, Y), opt, data.PAD_Y)
+    for (name, p), r, f in zip(model.named_parameters(), restored_model.parameters(), fresh_model.parameters()):
+        assert torch.equal(p, r), name
+    assert any(not torch.equal(p, f) for p, f in zip(model.parameters(), fresh_model.parameters()))
 
 
 def test_without_torch_optim_muon_it_warns_and_uses_adamw(monkeypatch):

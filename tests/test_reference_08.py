@@ -13,13 +13,7 @@ from tutor import data
 from tutor import reference as ref
 from tutor import trainer as tr
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread is fastest, and far faster on a CPU shared with other jobs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 NAMES = ["laika", "zoe", "ana", "maximilian", "bo", "evelyn", "tom", "emma", "olivia", "liam", "noah", "ava"]
