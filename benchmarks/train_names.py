@@ -124,6 +124,11 @@ def train(config, device, train_names, val_loader, sortish=False):
             "threads": threads or 0}
 
 
+def with_steps(config, steps):
+    """``config`` shortened to ``steps`` (its warm-up at most a fifth of them); unchanged when ``steps`` is None."""
+    return replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 5)) if steps else config
+
+
 def mean(runs, key):
     return statistics.fmean(r[key] for r in runs)
 
@@ -176,8 +181,7 @@ def main(argv=None):
         torch.backends.cuda.matmul.allow_tf32 = True
     steps = 200 if args.quick and not args.steps else args.steps
     if steps:
-        config = replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 5))
-        old = replace(old, steps=steps, warmup_steps=min(old.warmup_steps, steps // 5))
+        config, old = with_steps(config, steps), with_steps(old, steps)
     with_old = device.type == "cpu" and not args.no_old
     gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{tr.cpu_cores()} cores"
     print(f"torch {torch.__version__} on {device} ({gpu_name}), {os.cpu_count()} CPUs")
@@ -202,8 +206,7 @@ def main(argv=None):
         print(f"  old preset, seed 0: {run['excl']:.3f} excluding the first letter in {run['seconds']:.1f} s", flush=True)
         columns.append(("old preset (seed 0)", [run]))
     if args.ablate and device.type == "cpu":
-        padded_preset = tr.PADDED_CPU_CONFIG if not steps else replace(
-            tr.PADDED_CPU_CONFIG, steps=steps, warmup_steps=min(tr.PADDED_CPU_CONFIG.warmup_steps, steps // 5))
+        padded_preset = with_steps(tr.PADDED_CPU_CONFIG, steps)
         for label, variant in (("preset, padded batches", replace(config, packed=False)),
                                ("preset, AdamW alone", replace(config, optimizer="adamw")),
                                ("padded AdamW preset", padded_preset)):
