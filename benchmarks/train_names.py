@@ -8,10 +8,10 @@
     python benchmarks/train_names.py --quick          # a smoke test: 200 steps of each, 1 seed
     python benchmarks/train_names.py --device cuda --bf16 --compile   # the GPU configuration
 
-The CPU preset (``tutor.trainer.CPU_CONFIG``: the GPT of notebook 07 with 2 layers, 3,000 steps of 256 names on packed batches,
-Muon for the matrices of the blocks and AdamW for the rest, the thread count chosen while training by
-``tutor.trainer.ThreadChooser``) and the old preset (``OLD_CPU_CONFIG``: 4 layers, 2,200 steps on padded batches,
-AdamW, one thread) train with ``tutor.trainer.fit``, the very loop notebook 08 runs, on the batches notebook 08
+The CPU preset (``tutor.train.CPU_CONFIG``: the GPT of notebook 07 with 2 layers, 3,000 steps of 256 names on packed
+batches, Muon for the matrices of the blocks and AdamW for the rest, the thread count chosen while training by
+``tutor.train.ThreadChooser``) and the old preset (``OLD_CPU_CONFIG``: 4 layers, 2,200 steps on padded batches,
+AdamW, one thread) train with ``tutor.train.fit``, the very loop notebook 08 runs, on the batches notebook 08
 gives each (``tutor.data.make_packed_loader`` or ``make_loader``). Both are evaluated on the same 10,036 held-out
 names, the same way (padded batches, every real target).
 
@@ -44,8 +44,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from tutor import data  # noqa: E402
+from tutor import train as tr  # noqa: E402
 from tutor.reference import GPT, PAD_Y  # noqa: E402
-from tutor import trainer as tr  # noqa: E402
 
 ALLNAMES = Path(__file__).resolve().parents[2] / "shared/data/allnames.txt"
 ARTICLE_VAL_LOSS = 1.92  # the source article's validation loss (its model is given the first letter)

@@ -14,7 +14,7 @@ programs, tokens per CPU-second times the threads used estimates what an idle ma
 The goals: on an idle 2-core CPU, val <= 1.80 in 180 s (nanoGPT's README recipe gets 1.88 in about
 3 minutes on a laptop); on one GPU, val 1.47 sooner than nanoGPT's ~3 minutes on an A100.
 
-The loop is ``tutor.trainer.fit``, through ``tutor.scale.train``: the one the notebook and
+The loop is ``tutor.train.fit``, through ``tutor.train.long_run.train``: the one the notebook and
 ``python -m tutor.scale`` run.
 """
 
@@ -33,8 +33,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from tutor import data  # noqa: E402
-from tutor import scale  # noqa: E402
-from tutor import trainer as tr  # noqa: E402
+from tutor import train as tr  # noqa: E402
+from tutor.train import long_run  # noqa: E402
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare.txt"
 CPU_GOAL = 1.80  # validation loss within the time budget on an idle 2-core CPU
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     device = torch.device(args.device) if args.device else tutor_device()
     text_data = data.shakespeare_data(SHAKESPEARE if SHAKESPEARE.is_file() else None)
     name = "gpu" if device.type == "cuda" else "cpu"
-    config = replace(scale.preset(name, device), vocab_size=text_data.vocab.vocab_size)
+    config = replace(long_run.preset(name, device), vocab_size=text_data.vocab.vocab_size)
     if args.threads:
         config = replace(config, cpu_threads=args.threads)
     if args.batch_size:
@@ -108,15 +108,15 @@ def main(argv=None) -> int:
 
     target = TimeToTarget(GPU_TARGET)
     cpu_before = cpu_seconds()
-    run = scale.train(config, text_data=text_data, device=device, seconds=budget, plot=target,
+    run = long_run.train(config, text_data=text_data, device=device, seconds=budget, plot=target,
                       progress=sys.stderr.isatty(), peak_tflops=args.peak_tflops)
     cpu_used = cpu_seconds() - cpu_before
     h = run.history
     final = tr.evaluate(run.model, tr.fixed_batches(text_data.val, config.block_size, config.batch_size,
-                                                    args.eval_batches, seed=99), scale.IGNORE_NONE)
+                                                    args.eval_batches, seed=99), long_run.IGNORE_NONE)
     print()
     print(f"{'training':<36}{h.seconds:>9.1f} s wall, {cpu_used:.1f} s CPU, {run.step} steps, "
-          f"{scale.n_params(run.model):,} parameters")
+          f"{long_run.n_params(run.model):,} parameters")
     print(f"{'tokens':<36}{h.tokens:>12,} ({h.tokens / max(run.step, 1):,.0f} per step)")
     print(f"{'tokens per second':<36}{run.tokens_per_second:>12,.0f} wall, "
           f"{h.tokens / max(cpu_used, 1e-9):,.0f} per CPU-second")
@@ -152,7 +152,7 @@ def time_per_step(config, text_data, device, warmup=3, steps=12):
     for i in range(warmup + steps):
         if i == warmup:
             start = time.perf_counter()
-        tr.accumulate_step(model, next(stream), optimizer, scale.IGNORE_NONE)
+        tr.accumulate_step(model, next(stream), optimizer, long_run.IGNORE_NONE)
     seconds = (time.perf_counter() - start) / steps
     torch.set_num_threads(threads)
     return seconds

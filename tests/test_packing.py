@@ -11,7 +11,7 @@ import torch
 
 from tutor import data
 from tutor import reference as ref
-from tutor import trainer as tr
+from tutor import train as tr
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from tutor import data
 from tutor import reference as ref
-from tutor import trainer as tr
+from tutor import train as tr
+from tutor.train import loop
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -169,7 +170,7 @@ def test_fused_attention_matches_the_hand_written_one(with_mask):
     torch.manual_seed(0)
     mha = ref.MultiHeadAttention(32, 4)
     fused = copy.deepcopy(mha)
-    fused.__class__ = tr.FusedMultiHeadAttention
+    fused.fused = True
     x = torch.randn(3, 7, 32)
     mask = ref.padding_mask(torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])) if with_mask else None
     assert torch.allclose(fused(x, mask), mha(x, mask), atol=1e-5)
@@ -178,7 +179,8 @@ def test_fused_attention_matches_the_hand_written_one(with_mask):
 def test_fused_attention_matches_pytorch_multihead_attention():
     torch.manual_seed(0)
     d, H, T = 32, 4, 6
-    mine = tr.FusedMultiHeadAttention(d, H)
+    mine = ref.MultiHeadAttention(d, H)
+    mine.fused = True
     torch_mha = nn.MultiheadAttention(d, H, bias=False, batch_first=True)
     with torch.no_grad():
         torch_mha.in_proj_weight.copy_(torch.cat([mine.q_proj.weight, mine.k_proj.weight, mine.v_proj.weight]))
@@ -195,23 +197,25 @@ def test_use_fused_kernels_keeps_outputs_and_switches_back():
     ids = torch.randint(0, 28, (3, 9))
     before = model(ids)
     tr.use_fused_kernels(model)
-    assert isinstance(model.blocks[0].attn, tr.FusedMultiHeadAttention)
-    assert isinstance(model.ln_f, tr.FusedLayerNorm)
+    assert model.blocks[0].attn.fused and model.ln_f.fused and model.blocks[1].ln2.fused
+    assert type(model.blocks[0].attn) is ref.MultiHeadAttention and type(model.ln_f) is ref.LayerNorm
     assert torch.allclose(model(ids), before, atol=1e-5)
     tr.use_fused_kernels(model, False)
-    assert type(model.blocks[0].attn) is ref.MultiHeadAttention and type(model.ln_f) is ref.LayerNorm
+    assert not model.blocks[0].attn.fused and not model.ln_f.fused
     assert torch.allclose(model(ids), before, atol=1e-6)
 
 
 def test_fused_layer_norm_matches_torch():
-    ln = tr.FusedLayerNorm(8)
+    ln = ref.LayerNorm(8)
     with torch.no_grad():
         ln.weight.normal_()
         ln.bias.normal_()
+    plain = copy.deepcopy(ln)
+    ln.fused = True
     x = torch.randn(2, 3, 8) * 5 + 2
     expected = F.layer_norm(x, (8,), ln.weight, ln.bias, 1e-5)
     assert torch.allclose(ln(x), expected, atol=1e-5)
-    assert torch.allclose(ln(x), ref.LayerNorm.forward(ln, x), atol=1e-5)
+    assert torch.allclose(ln(x), plain(x), atol=1e-5)
     assert ln(x.to(torch.bfloat16)).dtype == torch.bfloat16
 
 
@@ -415,7 +419,7 @@ def test_time_report_without_a_calibrated_figure_uses_the_measured_speed():
 
 
 class FakeClock:
-    """perf_counter for tr.time: each reading is ``tick`` seconds after the one before. ``fit`` reads the
+    """perf_counter for tutor.train.loop.time: each reading is ``tick`` seconds after the one before. ``fit`` reads the
     clock at the start, at step 15 and step 65 (the timed 50 steps: one tick) and at the end."""
 
     def __init__(self, tick):
@@ -427,8 +431,8 @@ class FakeClock:
 
 
 def _fit_with_clock(monkeypatch, capsys, tick, expected, steps=140):
-    monkeypatch.setattr(tr, "time", FakeClock(tick))
-    monkeypatch.setattr(tr, "expected_seconds", lambda config, device: expected)
+    monkeypatch.setattr(loop, "time", FakeClock(tick))
+    monkeypatch.setattr(loop, "expected_seconds", lambda config, device: expected)
     config = tiny_config(steps=steps, eval_every=1000)
     model = tr.make_model(config)
     history = tr.fit(model, data.make_loader(NAMES * 4, batch_size=4), data.make_loader(NAMES, batch_size=6),

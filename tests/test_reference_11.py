@@ -235,7 +235,7 @@ def test_pretokenizer_is_gpt2s_pattern():
 
 
 def test_payoff_tokenizations_and_budget():
-    from tutor import bpe_vs_chars as payoff
+    from tutor.train import bpe_vs_chars as payoff
 
     train_text, val_text = payoff.split(SMALL * 4)
     assert train_text + val_text == SMALL * 4 and len(val_text) == pytest.approx(len(SMALL) * 0.4, abs=1)

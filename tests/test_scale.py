@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from conftest import ROOT
 from tutor import data, scale
-from tutor import trainer as tr
+from tutor import train as tr
+from tutor.train import long_run
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
         "First Citizen:\nYou are all resolved rather to die than to famish?\n") * 40
@@ -64,11 +65,11 @@ def test_two_gloo_processes_equal_one_process_with_the_combined_batch(tmp_path, 
     assert not torch.equal(saved["streams"][0]["generator"], saved["streams"][1]["generator"])
 
     # one process, each step on the two ranks' batches side by side
-    text = data.shakespeare_data(text_file, verbose=False)
+    text_data = data.shakespeare_data(text_file, verbose=False)
     config = scale.config_from_args(scale.make_parser().parse_args(argv), torch.device("cpu"))
-    config = replace(config, vocab_size=text.vocab.vocab_size)
+    config = replace(config, vocab_size=text_data.vocab.vocab_size)
     model = tr.make_model(config)
-    streams = [tr.RandomWindows(text.train, config.block_size, config.batch_size, seed=config.seed, rank=r)
+    streams = [tr.RandomWindows(text_data.train, config.block_size, config.batch_size, seed=config.seed, rank=r)
                for r in range(2)]
 
     class Combined:
@@ -76,8 +77,8 @@ def test_two_gloo_processes_equal_one_process_with_the_combined_batch(tmp_path, 
             (x0, y0), (x1, y1) = next(streams[0]), next(streams[1])
             return torch.cat([x0, x1]), torch.cat([y0, y1])
 
-    val = tr.fixed_batches(text.val, config.block_size, config.batch_size, config.eval_batches)
-    tr.fit(model, Combined(), val, config, step_fn=tr.accumulate_step, ignore_index=scale.IGNORE_NONE,
+    val = tr.fixed_batches(text_data.val, config.block_size, config.batch_size, config.eval_batches)
+    tr.fit(model, Combined(), val, config, step_fn=tr.accumulate_step, ignore_index=long_run.IGNORE_NONE,
            progress=False)
     for name, p in model.state_dict().items():
         torch.testing.assert_close(saved["model"][name], p, atol=2e-5, rtol=1e-4, msg=name)
@@ -165,7 +166,7 @@ def test_the_script_reports_a_corrupted_checkpoint_without_a_traceback(tmp_path,
 
 def test_gradient_accumulation_equals_one_big_batch():
     torch.manual_seed(0)
-    config = replace(scale.PRESETS["tiny"], dropout=0.0, vocab_size=11)
+    config = replace(long_run.PRESETS["tiny"], dropout=0.0, vocab_size=11)
     a = tr.make_model(config)
     b = tr.make_model(config)
     x = torch.randint(0, 11, (8, 16))
@@ -177,6 +178,27 @@ def test_gradient_accumulation_equals_one_big_batch():
     assert not torch.equal(a.head.weight, tr.make_model(config).head.weight)  # the step did something
     for pa, pb in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="needs Gloo")
+def test_data_parallel_step_by_hand_equals_one_process_and_names_a_failing_rank():
+    from tutor import reference
+
+    config = replace(long_run.PRESETS["tiny"], dropout=0.0, vocab_size=11)
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randint(0, 11, (8, 16), generator=g), torch.randint(0, 11, (8, 16), generator=g)
+    result = long_run.data_parallel_step(reference.average_gradients, config, x, y, world_size=2)
+    rank0, rank1 = result["ranks"]
+    assert len(result["losses"]) == 2 and result["losses"][0] != result["losses"][1]  # two halves of the batch
+    assert long_run.max_difference(rank0, rank1) < 1e-6
+    assert long_run.max_difference(rank0, result["single"]) < 1e-5  # 2 ranks x 4 windows = 1 process x 8 windows
+    assert long_run.max_difference(rank0, tr.make_model(config).state_dict()) > 1e-3  # the step did something
+
+    def broken(model):
+        raise ValueError("no average here")
+
+    with pytest.raises(RuntimeError, match="rank 0: ValueError: no average here"):
+        long_run.data_parallel_step(broken, config, x, y, world_size=2)
 
 
 def test_random_windows_state_restores_the_stream():
@@ -202,7 +224,7 @@ def test_mfu_and_peak_table():
 def test_model_choice_builds_notebook_09s_modern_gpt_and_refuses_an_unknown_name():
     from tutor import reference
 
-    config = replace(scale.PRESETS["tiny"], model="modern")
+    config = replace(long_run.PRESETS["tiny"], model="modern")
     assert tr.model_class(config) is reference.ModernGPT
     model = tr.make_model(config)  # a ModernConfig made from the preset's sizes
     assert isinstance(model, reference.ModernGPT)

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
 from tutor import reference as ref  # noqa: E402
-from tutor import trainer, viz  # noqa: E402
+from tutor import train, viz  # noqa: E402
 from tutor.viz import training as vt  # noqa: E402
 from tutor.viz.core import MAX_WIDTH, grid_for  # noqa: E402
 
@@ -51,7 +51,7 @@ def test_titles_read_like_the_slider():
 
 
 def test_loss_legend_in_quick_mode():
-    history = trainer.History()
+    history = train.History()
     for step, loss in enumerate([3.0, 2.9, 2.8]):
         history.steps.append(step)
         history.train_loss.append(loss)

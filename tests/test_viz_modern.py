@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from tutor.trainer import History  # noqa: E402
+from tutor.train import History  # noqa: E402
 from tutor.viz import modern  # noqa: E402
 
 

@@ -26,7 +26,7 @@ def forwarder(old_module: str, moved: dict[str, str]):
     """A module-level ``__getattr__`` for ``old_module``: ``moved`` maps an old attribute name to
     ``"new.module"`` or ``"new.module:new_name"``; looking one up warns and returns the new object.
 
-    In the old module: ``__getattr__ = forwarder(__name__, {"train": "tutor.train.text"})``.
+    In the old module: ``__getattr__ = forwarder(__name__, {"train": "tutor.train.long_run"})``.
     """
 
     def __getattr__(name: str):

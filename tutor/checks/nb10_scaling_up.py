@@ -9,22 +9,14 @@ which they run again with ``torch``, ``dist``, ``nn``, ``F`` and ``math`` define
 says so in its result.
 """
 
-import datetime
-import inspect
 import math
-import multiprocessing
-import os
-import sys
-import tempfile
-import textwrap
-import time
-import traceback
 
 import torch
 import torch.nn as nn
 
 from tutor import reference as ref
 from tutor.checks._core import LearnerError, Mismatch, NotDone, call, case, check
+from tutor.distributed import NoProcessGroup, learner_where, run_in_group, start_method
 
 __all__ = ["get_batch", "flops_per_token", "average_gradients"]
 
@@ -249,141 +241,20 @@ def _rank_model(rank):
     return model
 
 
-NAMESPACE_IMPORTS = ("import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
-                     "import torch.distributed as dist\n")
-
-
-def _function_from_source(source, name):
-    namespace = {"__name__": "__learner__"}
-    exec(NAMESPACE_IMPORTS, namespace)
-    exec(source, namespace)
-    return namespace[name]
-
-
-def _learner_where(error):
-    frames = traceback.extract_tb(error.__traceback__)
-    for frame in reversed(frames):
-        fname = frame.filename.replace("\\", "/")
-        if "/tutor/" in fname or "/torch/" in fname or "/site-packages/" in fname or "/lib/python" in fname:
-            continue
-        code = (frame.line or "").strip()
-        return f"line {frame.lineno} in {frame.name}()" + (f": {code}" if code else "")
-    return None
-
-
-def _worker(rank, world_size, store, out_dir, fn, source, name):
-    """One process of the group: build this rank's model and gradients, call the learner's
-    function, save what it left in ``.grad`` and the weights."""
-    result = {"rank": rank, "status": "ok"}
+def _average_on_rank(rank, world_size, fn):
+    """One process of the group (run by ``tutor.distributed.run_in_group``): build this rank's model and
+    gradients, call the learner's function, return what it left in ``.grad`` and the weights."""
+    result = {}
+    model = _rank_model(rank)
     try:
-        torch.set_num_threads(1)
-        if sys.platform == "darwin":
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0")
-        elif sys.platform.startswith("linux"):
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=20))
-        # Every rank finishes connecting before any runs the learner's code: a rank that fails or
-        # returns at once must not close its sockets while another is still connecting.
-        dist.barrier()
+        fn(model)
+    except NotImplementedError:
+        result["status"] = "not done"
     except Exception as e:
-        result.update(status="no group", error=f"{type(e).__name__}: {e}")
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-        return
-    try:
-        if fn is None:
-            fn = _function_from_source(source, name)
-        model = _rank_model(rank)
-        try:
-            fn(model)
-        except NotImplementedError:
-            result["status"] = "not done"
-        except Exception as e:
-            result.update(status="error", error=f"{type(e).__name__}: {e}", where=_learner_where(e))
-        result["grads"] = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
-        result["params"] = {n: p.detach().clone() for n, p in model.named_parameters()}
-    except Exception as e:  # the source could not be run again, or something odd
-        result.update(status="error", error=f"{type(e).__name__}: {e}", where=_learner_where(e))
-    finally:
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-        try:
-            dist.destroy_process_group()
-        except Exception:
-            pass
-
-
-def start_method() -> str:
-    """``fork`` on Linux (Colab included), ``spawn`` elsewhere; ``$TUTOR_DIST_START`` overrides."""
-    chosen = os.environ.get("TUTOR_DIST_START", "").strip().lower()
-    if chosen in ("fork", "spawn"):
-        return chosen
-    return "fork" if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods() else "spawn"
-
-
-class NoProcessGroup(Exception):
-    """No process group could be started on this machine (not the learner's fault)."""
-
-
-def run_in_group(fn, world_size: int, timeout: float = 60.0):
-    """Run ``fn`` in a real Gloo group of ``world_size`` processes on this machine.
-
-    Returns a list of per-rank results: dicts with ``status`` ("ok", "error", "not done"),
-    ``grads`` and ``params``. Raises ``NoProcessGroup`` when no group can start here, and
-    ``TimeoutError`` when the processes do not finish within ``timeout`` seconds.
-    """
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        raise NoProcessGroup("this PyTorch was built without torch.distributed / Gloo")
-    method = start_method()
-    source = name = None
-    target_fn = fn
-    if method == "spawn":
-        target_fn = None
-        name = getattr(fn, "__name__", None)
-        try:
-            source = textwrap.dedent(inspect.getsource(fn))
-        except (OSError, TypeError):
-            source = None
-        if source is None or not name or name == "<lambda>":
-            raise NoProcessGroup("processes start with 'spawn' here, and the source of your function could not "
-                                 "be read (define it with `def average_gradients(model):` in a cell)")
-    context = multiprocessing.get_context(method)
-    with tempfile.TemporaryDirectory(prefix="tutor-dist-") as tmp:
-        store = os.path.join(tmp, "store")
-        processes = []
-        try:
-            for rank in range(world_size):
-                p = context.Process(target=_worker, args=(rank, world_size, store, tmp, target_fn, source, name),
-                                    daemon=True)
-                p.start()
-                processes.append(p)
-        except Exception as e:
-            for p in processes:
-                p.kill()
-            raise NoProcessGroup(f"could not start {world_size} processes ({type(e).__name__}: {e})") from None
-        deadline = time.monotonic() + timeout
-        for p in processes:
-            p.join(max(0.0, deadline - time.monotonic()))
-        hung = [i for i, p in enumerate(processes) if p.is_alive()]
-        for i in hung:
-            processes[i].kill()
-            processes[i].join(5)
-        results = []
-        for rank in range(world_size):
-            path = os.path.join(tmp, f"rank{rank}.pt")
-            results.append(torch.load(path, weights_only=False) if os.path.exists(path) else None)
-    if any(r is not None and r["status"] == "not done" for r in results):
-        return results  # a stub: "not done yet", whatever happened on the other ranks
-    if any(r is not None and r["status"] == "no group" for r in results):
-        reason = next(r["error"] for r in results if r is not None and r["status"] == "no group")
-        raise NoProcessGroup(f"torch.distributed.init_process_group('gloo') failed: {reason}")
-    if hung or any(r is None for r in results):
-        missing = [i for i, r in enumerate(results) if r is None]
-        raise TimeoutError(f"ranks {missing} did not finish within {timeout:.0f} s")
-    return results
+        result.update(status="error", error=f"{type(e).__name__}: {e}", where=learner_where(e))
+    result["grads"] = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
+    result["params"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return result
 
 
 def _close(a, b):
@@ -447,7 +318,7 @@ def average_gradients(fn):
     for world_size in (2, 3):
         with case(f"{world_size} processes (Gloo), a small model whose gradients differ from process to process"):
             try:
-                results = run_in_group(fn, world_size)
+                results = run_in_group(_average_on_rank, world_size, learner_fn=fn)
             except NoProcessGroup as e:
                 raise Mismatch("could not start a process group on this machine, so your function was not run",
                                [str(e)], "nothing wrong with your code as far as we know: run this notebook on "

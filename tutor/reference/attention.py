@@ -100,12 +100,23 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model, bias=False)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
         self.dropout = nn.Dropout(dropout)
+        self.fused = False  # True: the same sums by PyTorch's fused kernel (tutor.train.use_fused_kernels)
 
     def forward(self, x, mask=None):
         B, T, C = x.shape
         q = split_heads(self.q_proj(x), self.n_heads)  # [B, H, T, d_head]
         k = split_heads(self.k_proj(x), self.n_heads)
         v = split_heads(self.v_proj(x), self.n_heads)
+        if self.fused:  # scores, mask, softmax and weighted sum in one call (as nanoGPT's flash attention)
+            p = self.dropout.p if self.training else 0.0
+            if mask is None:
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+            else:
+                mask = mask.unsqueeze(-3)  # the head axis
+                if self.causal:
+                    mask = mask & causal_mask(T, device=x.device)
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            return self.out_proj(merge_heads(y))
         if mask is not None:
             mask = mask.unsqueeze(-3)  # add the head axis: [B, 1, T, T] or [1, T, T]
         if self.causal:

@@ -1,0 +1,231 @@
+"""Processes that train together: the one launcher of Gloo process groups on this machine, and the set-up of a
+run under ``torchrun``.
+
+The launcher, ``run_in_group``, runs a function in every process of a real group of 2, 3, ... processes talking
+over Gloo: notebook 10's check of ``average_gradients`` (``tutor.checks.nb10_scaling_up``) and its data-parallel
+step (``tutor.train.long_run.data_parallel_step``) both use it. The learner's function usually lives in a notebook
+cell, which ``spawn`` (the start method of macOS and Windows) cannot pickle. On Linux (Colab included) the
+processes are forked, so they inherit the function as it is; elsewhere they are spawned and get the function's
+source code, which they run again with ``torch``, ``dist``, ``nn``, ``F`` and ``math`` defined. Set
+``TUTOR_DIST_START=spawn`` (or ``fork``) to choose.
+
+Under ``torchrun`` (``python -m tutor.scale``): ``init_distributed`` joins the job's group and gives this
+process's ``Dist`` (rank, world size, GPU); ``all_gather``, ``any_rank`` and ``weights_identical`` work on it.
+"""
+
+import datetime
+import inspect
+import multiprocessing
+import os
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from tutor import env
+from tutor.device import get_device
+
+# --- the launcher: a Gloo group of processes on this machine ------------------------------------------
+
+NAMESPACE_IMPORTS = ("import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+                     "import torch.distributed as dist\n")
+
+
+class NoProcessGroup(Exception):
+    """No process group could be started on this machine (not the learner's fault)."""
+
+
+def start_method() -> str:
+    """``fork`` on Linux (Colab included), ``spawn`` elsewhere; ``$TUTOR_DIST_START`` overrides."""
+    chosen = (env.text(env.DIST_START) or "").lower()
+    if chosen in ("fork", "spawn"):
+        return chosen
+    return "fork" if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def function_from_source(source, name):
+    """The function ``name`` defined by ``source``, run in a namespace with ``NAMESPACE_IMPORTS``."""
+    namespace = {"__name__": "__learner__"}
+    exec(NAMESPACE_IMPORTS, namespace)
+    exec(source, namespace)
+    return namespace[name]
+
+
+def learner_where(error):
+    """``"line N in f(): code"`` for the last frame of ``error``'s traceback outside tutor, torch and the
+    installed packages (the learner's own line), or ``None``."""
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        fname = frame.filename.replace("\\", "/")
+        if "/tutor/" in fname or "/torch/" in fname or "/site-packages/" in fname or "/lib/python" in fname:
+            continue
+        code = (frame.line or "").strip()
+        return f"line {frame.lineno} in {frame.name}()" + (f": {code}" if code else "")
+    return None
+
+
+def _worker(rank, world_size, store, out_dir, work, learner_fn, source, name, args):
+    """One process of the group: join it, run ``work`` with the learner's function, save the result."""
+    result = {"rank": rank, "status": "ok"}
+    path = os.path.join(out_dir, f"rank{rank}.pt")
+    try:
+        torch.set_num_threads(1)
+        if sys.platform == "darwin":
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0")
+        elif sys.platform.startswith("linux"):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=20))
+        # Every rank finishes connecting before any runs the learner's code: a rank that fails or
+        # returns at once must not close its sockets while another is still connecting.
+        dist.barrier()
+    except Exception as e:
+        result.update(status="no group", error=f"{type(e).__name__}: {e}")
+        torch.save(result, path)
+        return
+    try:
+        if learner_fn is None and source is not None:
+            learner_fn = function_from_source(source, name)
+        result.update(work(rank, world_size, learner_fn, *args))
+    except Exception as e:  # the source could not be run again, or the work raised
+        result.update(status="error", error=f"{type(e).__name__}: {e}", where=learner_where(e))
+    finally:
+        torch.save(result, path)
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def run_in_group(work, world_size: int, learner_fn=None, args=(), timeout: float = 60.0) -> list:
+    """Run ``work(rank, world_size, learner_fn, *args)`` in each process of a real Gloo group of ``world_size``
+    processes on this machine. ``work`` is a function of a module (spawned processes import it) returning a dict.
+
+    Returns a list of per-rank results: the dicts ``work`` returned, with ``rank`` and ``status`` ("ok"; "error"
+    with ``error`` and ``where`` when ``work`` raised; or a status ``work`` set, such as "not done"). Raises
+    ``NoProcessGroup`` when no group can start here, and ``TimeoutError`` when the processes do not finish
+    within ``timeout`` seconds.
+    """
+    if not dist.is_available() or not dist.is_gloo_available():
+        raise NoProcessGroup("this PyTorch was built without torch.distributed / Gloo")
+    method = start_method()
+    source = name = None
+    if method == "spawn" and learner_fn is not None:
+        name = getattr(learner_fn, "__name__", None)
+        try:
+            source = textwrap.dedent(inspect.getsource(learner_fn))
+        except (OSError, TypeError):
+            source = None
+        if source is None or not name or name == "<lambda>":
+            raise NoProcessGroup("processes start with 'spawn' here, and the source of your function could not "
+                                 "be read (define it with `def average_gradients(model):` in a cell)")
+        learner_fn = None
+    context = multiprocessing.get_context(method)
+    with tempfile.TemporaryDirectory(prefix="tutor-dist-") as tmp:
+        store = os.path.join(tmp, "store")
+        processes = []
+        try:
+            for rank in range(world_size):
+                p = context.Process(target=_worker, daemon=True,
+                                    args=(rank, world_size, store, tmp, work, learner_fn, source, name, args))
+                p.start()
+                processes.append(p)
+        except Exception as e:
+            for p in processes:
+                p.kill()
+            raise NoProcessGroup(f"could not start {world_size} processes ({type(e).__name__}: {e})") from None
+        deadline = time.monotonic() + timeout
+        for p in processes:
+            p.join(max(0.0, deadline - time.monotonic()))
+        hung = [i for i, p in enumerate(processes) if p.is_alive()]
+        for i in hung:
+            processes[i].kill()
+            processes[i].join(5)
+        results = []
+        for rank in range(world_size):
+            path = os.path.join(tmp, f"rank{rank}.pt")
+            results.append(torch.load(path, weights_only=False) if os.path.exists(path) else None)
+    if any(r is not None and r["status"] == "not done" for r in results):
+        return results  # a stub: "not done yet", whatever happened on the other ranks
+    if any(r is not None and r["status"] == "no group" for r in results):
+        reason = next(r["error"] for r in results if r is not None and r["status"] == "no group")
+        raise NoProcessGroup(f"torch.distributed.init_process_group('gloo') failed: {reason}")
+    if hung or any(r is None for r in results):
+        missing = [i for i, r in enumerate(results) if r is None]
+        raise TimeoutError(f"ranks {missing} did not finish within {timeout:.0f} s")
+    return results
+
+
+# --- torchrun: one process of a job -------------------------------------------------------------------
+
+
+@dataclass
+class Dist:
+    """This process's place in a job: its rank, the number of processes, and its GPU on this node."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def on(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device_arg=None) -> tuple[Dist, torch.device]:
+    """Under ``torchrun`` (``RANK`` in the environment): join the process group, NCCL on GPUs and
+    Gloo on CPUs, and pick this process's GPU. Otherwise one process on the best device."""
+    if "RANK" not in os.environ:
+        return Dist(), torch.device(device_arg) if device_arg else get_device()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = torch.cuda.is_available() and (device_arg is None or device_arg.startswith("cuda"))
+    if use_cuda:
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    return Dist(rank, world, local), device
+
+
+def all_gather(obj, d: Dist) -> list:
+    """``obj`` of every process, in rank order (``[obj]`` for one process)."""
+    if not d.on:
+        return [obj]
+    out = [None] * d.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def any_rank(flag: bool, d: Dist) -> bool:
+    """True on every process when ``flag`` is true on any (so all stop at the same step)."""
+    if not d.on:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t)
+    return bool(t.item() > 0)
+
+
+def weights_identical(model, d: Dist) -> bool:
+    """Whether every process holds exactly the same weights (compares a checksum of all of them)."""
+    flat = torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
+    digest = (flat.double() * torch.arange(1, len(flat) + 1, dtype=torch.float64).sin()).sum().item()
+    return len(set(all_gather(digest, d))) == 1
+
+
+def finish(d: Dist) -> None:
+    """Leave the job's process group (what ``init_distributed`` joined), if there is one."""
+    if d.on:
+        dist.destroy_process_group()

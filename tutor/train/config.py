@@ -1,0 +1,45 @@
+"""``TrainConfig``: the model size and optimisation settings of one training run (notebooks 08-09)."""
+
+from dataclasses import dataclass
+
+from tutor.reference.model import GPTConfig
+from tutor.reference.tokens import vocab_size
+
+
+@dataclass
+class TrainConfig:
+    """Model size and optimisation settings of one training run."""
+
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 4
+    dropout: float = 0.0
+    batch_size: int = 128
+    steps: int = 2200
+    max_lr: float = 8e-3
+    min_lr: float = 5e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    eval_every: int = 200  # steps between two evaluations on ``eval_batches`` validation batches
+    eval_batches: int = 10
+    bf16: bool = False  # CUDA only: run the forward pass under torch.autocast(dtype=torch.bfloat16)
+    compile: bool = False  # torch.compile the model (CUDA only here: on a CPU the compile costs more than it saves)
+    # threads for training on a CPU: a number, None (PyTorch's default, one per core), or "auto" (``ThreadChooser``:
+    # the fastest of 1, 2, 4, ... measured while training, again every few hundred steps); see fit
+    cpu_threads: int | str | None = 1
+    fused_kernels: bool = True  # F.scaled_dot_product_attention and F.layer_norm instead of the hand-written ones
+    # train on the packed rows of ``tutor.data.make_packed_loader``: fit then wraps the model in ``PackedNames``
+    packed: bool = False
+    optimizer: str = "adamw"  # or "muon": Muon for the matrices inside the blocks, AdamW for the rest (``MuonAdamW``)
+    seed: int = 0
+
+    def model_config(self) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size, max_len=16, d_model=self.d_model, n_heads=self.n_heads,
+                         n_layers=self.n_layers, dropout=self.dropout)
+
+    def describe(self) -> str:
+        packed = " (packed rows)" if self.packed else ""
+        optimizer = "Muon + AdamW" if self.optimizer == "muon" else "AdamW"
+        return (f"d_model={self.d_model}, {self.n_layers} layers, {self.n_heads} heads, batch {self.batch_size}"
+                f"{packed}, {self.steps} steps, {optimizer}, lr {self.max_lr:g} → {self.min_lr:g}")
