@@ -1,9 +1,10 @@
 """tutor.data: where the names come from, how they are cleaned, split and batched.
 
-These tests never touch the network: `_download` is replaced in every test (an autouse fixture
-makes any unexpected call fail), and the cache lives in `tmp_path`.
+These tests never touch the network: `tutor.data.sources.download` is replaced in every test (an autouse
+fixture makes any unexpected call fail), and the cache lives in `tmp_path`.
 """
 
+import dataclasses
 import hashlib
 import re
 import socket
@@ -11,38 +12,15 @@ import urllib.error
 
 import pytest
 import torch
+from datakit import FakeDownload, isolated  # noqa: F401  (isolated: an autouse fixture)
 
 from conftest import ALLNAMES
-from tutor import data
+from tutor import data, errors
+from tutor.data import names as names_module
+from tutor.data import sources
 
 needs_seed_file = pytest.mark.skipif(not ALLNAMES.is_file(), reason=f"{ALLNAMES} is absent")
 LETTERS_ONLY = re.compile(r"^[a-z]+$")
-
-
-class FakeDownload:
-    """Stands in for `data._download`: serves `payload` (or raises `error`) and counts calls."""
-
-    def __init__(self, payload=None, error=None):
-        self.payload, self.error, self.calls = payload, error, []
-
-    def __call__(self, url, timeout):
-        self.calls.append((url, timeout))
-        if self.error is not None:
-            raise self.error
-        return self.payload
-
-
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path):
-    """Cache in tmp_path, no env overrides, and a download that fails the test if called."""
-    monkeypatch.setenv("TUTOR_CACHE_DIR", str(tmp_path / "cache"))
-    for var in ("TUTOR_NAMES", "TUTOR_OFFLINE"):
-        monkeypatch.delenv(var, raising=False)
-
-    def no_network(url, timeout):
-        raise AssertionError(f"unexpected download of {url}")
-
-    monkeypatch.setattr(data, "_download", no_network)
 
 
 @pytest.fixture
@@ -51,10 +29,11 @@ def served(monkeypatch):
     (with the module's checksum patched to match)."""
     if ALLNAMES.is_file():
         payload = ALLNAMES.read_bytes()
-        assert hashlib.sha256(payload).hexdigest() == data.SHA256
+        assert hashlib.sha256(payload).hexdigest() == names_module.SHA256 == names_module.DATA_SET.sha256
     else:
         payload = b"Linda\nJames\nMichael\nRobert\nZzyzx\n"
-        monkeypatch.setattr(data, "SHA256", hashlib.sha256(payload).hexdigest())
+        pinned = dataclasses.replace(names_module.DATA_SET, sha256=hashlib.sha256(payload).hexdigest())
+        monkeypatch.setattr(names_module, "DATA_SET", pinned)
     return payload
 
 
@@ -121,13 +100,13 @@ def test_empty_file_is_a_clear_error(tmp_path):
 
 def test_download_lands_in_cache_then_cache_is_used(monkeypatch, tmp_path, served, capsys):
     fake = FakeDownload(served)
-    monkeypatch.setattr(data, "_download", fake)
+    monkeypatch.setattr(sources, "download", fake)
     first = data.load_names_with_source()
     assert first.source == "download" and len(fake.calls) == 1
-    assert fake.calls[0] == (data.URLS[0], data.TIMEOUT)
-    cached = tmp_path / "cache" / data.FILENAME
+    assert (fake.calls[0], fake.timeouts[0]) == (names_module.URLS[0], sources.TIMEOUT)
+    cached = tmp_path / "cache" / names_module.FILENAME
     assert cached.read_bytes() == served
-    assert [p.name for p in cached.parent.iterdir()] == [data.FILENAME]  # no temp file left
+    assert [p.name for p in cached.parent.iterdir()] == [names_module.FILENAME]  # no temp file left
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "downloaded from" in out and "checksum verified" in out
     assert str(tmp_path) not in out
@@ -136,7 +115,8 @@ def test_download_lands_in_cache_then_cache_is_used(monkeypatch, tmp_path, serve
     assert len(fake.calls) == 1  # not downloaded again
     assert second.source == "cache" and second.names == first.names
     assert len(second.names) == expected_count(served)
-    assert capsys.readouterr().out == f"Names: {len(second.names):,} from the cache ({tmp_path / 'cache' / 'allnames.txt'}, checksum verified)\n"
+    cached = tmp_path / "cache" / "allnames.txt"
+    assert capsys.readouterr().out == f"Names: {len(second.names):,} from the cache ({cached}, checksum verified)\n"
 
 
 def test_second_url_is_tried(monkeypatch, served):
@@ -144,23 +124,23 @@ def test_second_url_is_tried(monkeypatch, served):
 
     def flaky(url, timeout):
         calls.append(url)
-        if url == data.URLS[0]:
+        if url == names_module.URLS[0]:
             raise urllib.error.HTTPError(url, 404, "Not Found", {}, None)
         return served
 
-    monkeypatch.setattr(data, "_download", flaky)
+    monkeypatch.setattr(sources, "download", flaky)
     loaded = data.load_names_with_source(verbose=False)
-    assert loaded.source == "download" and loaded.location == data.URLS[1]
-    assert calls == list(data.URLS[:2])
+    assert loaded.source == "download" and loaded.location == names_module.URLS[1]
+    assert calls == list(names_module.URLS[:2])
 
 
 @pytest.mark.parametrize("damage", ["truncate", "corrupt"])
 def test_bad_cache_is_reported_deleted_and_replaced(monkeypatch, tmp_path, served, capsys, damage):
-    cached = tmp_path / "cache" / data.FILENAME
+    cached = tmp_path / "cache" / names_module.FILENAME
     cached.parent.mkdir(parents=True)
     cached.write_bytes(served[: len(served) // 2] if damage == "truncate" else b"X" + served[1:])
     fake = FakeDownload(served)
-    monkeypatch.setattr(data, "_download", fake)
+    monkeypatch.setattr(sources, "download", fake)
     loaded = data.load_names_with_source()
     assert len(fake.calls) == 1 and loaded.source == "download"
     assert cached.read_bytes() == served
@@ -169,7 +149,7 @@ def test_bad_cache_is_reported_deleted_and_replaced(monkeypatch, tmp_path, serve
 
 
 def test_bad_cache_offline_is_deleted_and_falls_back(monkeypatch, tmp_path, capsys):
-    cached = tmp_path / "cache" / data.FILENAME
+    cached = tmp_path / "cache" / names_module.FILENAME
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"Lin")
     monkeypatch.setenv("TUTOR_OFFLINE", "1")
@@ -195,11 +175,11 @@ def check_fallback(loaded):
     urllib.error.URLError(TimeoutError("timed out")),
 ])
 def test_failed_download_falls_back(monkeypatch, tmp_path, capsys, error):
-    fake = FakeDownload(error=error)
-    monkeypatch.setattr(data, "_download", fake)
+    fake = FakeDownload(error)
+    monkeypatch.setattr(sources, "download", fake)
     loaded = data.load_names_with_source()
     check_fallback(loaded)
-    assert [url for url, _ in fake.calls] == list(data.URLS)
+    assert fake.calls == list(names_module.URLS)
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert out.startswith(f"Names: {len(loaded.names):,} from the offline fallback")
@@ -211,22 +191,22 @@ def test_failed_download_falls_back(monkeypatch, tmp_path, capsys, error):
     # the calm line says how to get the full list, and where it is cached
     assert f"for all {data.NUM_NAMES:,} names" in out and str(tmp_path / "cache") in out
     assert "TUTOR_NAMES=" in out
-    assert not (tmp_path / "cache" / data.FILENAME).exists()
+    assert not (tmp_path / "cache" / names_module.FILENAME).exists()
 
 
 def test_wrong_checksum_download_falls_back(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(data, "_download", FakeDownload(b"<html>rate limited</html>\n"))
+    monkeypatch.setattr(sources, "download", FakeDownload(b"<html>rate limited</html>\n"))
     loaded = data.load_names_with_source()
     check_fallback(loaded)
     out = capsys.readouterr().out
     assert "could not download allnames.txt" in out and "checksum mismatch" in out
-    assert not (tmp_path / "cache" / data.FILENAME).exists()  # never cached
+    assert not (tmp_path / "cache" / names_module.FILENAME).exists()  # never cached
 
 
 @pytest.mark.parametrize("how", ["env", "argument"])
 def test_offline_never_downloads(monkeypatch, capsys, how):
-    fake = FakeDownload(error=AssertionError("must not be called"))
-    monkeypatch.setattr(data, "_download", fake)
+    fake = FakeDownload(AssertionError("must not be called"))
+    monkeypatch.setattr(sources, "download", fake)
     if how == "env":
         monkeypatch.setenv("TUTOR_OFFLINE", "1")
         loaded = data.load_names_with_source()
@@ -238,7 +218,7 @@ def test_offline_never_downloads(monkeypatch, capsys, how):
 
 
 def test_offline_still_uses_a_good_cache(monkeypatch, tmp_path, served):
-    cached = tmp_path / "cache" / data.FILENAME
+    cached = tmp_path / "cache" / names_module.FILENAME
     cached.parent.mkdir(parents=True)
     cached.write_bytes(served)
     monkeypatch.setenv("TUTOR_OFFLINE", "1")
@@ -247,7 +227,7 @@ def test_offline_still_uses_a_good_cache(monkeypatch, tmp_path, served):
 
 
 def test_fallback_without_names_package_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(data, "FALLBACK_PACKAGE", "no_such_package_for_tutor_tests")
+    monkeypatch.setattr(names_module, "FALLBACK_PACKAGE", "no_such_package_for_tutor_tests")
     with pytest.raises(RuntimeError, match="pip install names"):
         data.load_names(offline=True, verbose=False)
 
@@ -366,7 +346,7 @@ def test_make_loader_is_seeded_and_covers_everything():
 def test_a_binary_file_is_rejected_in_one_line(tmp_path, payload):
     f = tmp_path / "names.bin"
     f.write_bytes(payload)
-    with pytest.raises(data.NamesFileError, match="is not a text file") as info:
+    with pytest.raises(errors.DataFileError, match="is not a text file") as info:
         data.load_names(f)
     assert "\n" not in str(info.value) and str(f) in str(info.value)
     assert isinstance(info.value, ValueError)  # `except ValueError` still catches it
@@ -375,7 +355,7 @@ def test_a_binary_file_is_rejected_in_one_line(tmp_path, payload):
 def test_a_text_file_that_is_mostly_not_names_is_rejected(tmp_path):
     code = "\n".join(f"def function_{i}(x, y):\n    return x + y * {i}  # adds" for i in range(30))
     f = write(tmp_path / "script.py", code)
-    with pytest.raises(data.NamesFileError, match=r"does not look like a names file: only \d+ of its 60 lines"):
+    with pytest.raises(errors.DataFileError, match=r"does not look like a names file: only \d+ of its 60 lines"):
         data.load_names(f)
 
 
@@ -387,32 +367,33 @@ def test_a_names_file_with_some_noise_is_accepted(tmp_path, capsys):
 def test_the_error_renders_as_one_line_in_ipython(tmp_path):
     f = tmp_path / "random.bin"
     f.write_bytes(bytes(range(256)))
-    with pytest.raises(data.NamesFileError) as info:
+    with pytest.raises(errors.DataFileError) as info:
         data.load_names(f)
     rendered = info.value._render_traceback_()  # what IPython and Jupyter show instead of a traceback
-    assert len(rendered) == 1 and rendered[0].startswith("NamesFileError: The names file")
+    assert len(rendered) == 1 and rendered[0].startswith("DataFileError: The names file")
 
 
 def test_missing_file_error_is_one_line_and_still_a_file_not_found_error(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         data.load_names(tmp_path / "nope.txt")
-    assert isinstance(info.value, data.NamesFileNotFoundError)
-    assert info.value._render_traceback_() == [f"NamesFileNotFoundError: {info.value}"]
+    assert isinstance(info.value, errors.DataFileNotFoundError)
+    assert errors.NamesFileNotFoundError is errors.DataFileNotFoundError  # the old name still works
+    assert info.value._render_traceback_() == [f"DataFileNotFoundError: {info.value}"]
 
 
 def test_the_first_url_is_pinned_to_the_upstream_commit_and_the_branch_is_a_second_candidate():
-    assert data.URLS[0] == ("https://raw.githubusercontent.com/hackerb9/ssa-baby-names/"
+    assert names_module.URLS[0] == ("https://raw.githubusercontent.com/hackerb9/ssa-baby-names/"
                             "0b1a1316457d55447d1a1f7bfe57ee15e53cc2f0/allnames.txt")
-    assert any("/master/" in url for url in data.URLS[1:])
+    assert any("/master/" in url for url in names_module.URLS[1:])
 
 
 def test_is_full_data_set(monkeypatch, tmp_path, served):
-    monkeypatch.setattr(data, "_download", FakeDownload(served))
+    monkeypatch.setattr(sources, "download", FakeDownload(served))
     assert data.is_full_data_set(data.load_names_with_source(verbose=False))  # download
     assert data.is_full_data_set(data.load_names_with_source(verbose=False))  # cache
     fallback = data.load_names_with_source(verbose=False, offline=True, path=None)
     assert fallback.source == "cache"  # the cache is still used offline
-    (tmp_path / "cache" / data.FILENAME).unlink()
+    (tmp_path / "cache" / names_module.FILENAME).unlink()
     assert not data.is_full_data_set(data.load_names_with_source(verbose=False, offline=True))
     small = write(tmp_path / "few.txt", "laika\nmary\n")
     assert not data.is_full_data_set(data.load_names_with_source(small, verbose=False))

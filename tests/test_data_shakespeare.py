@@ -1,59 +1,39 @@
 """tutor.data's tiny Shakespeare source: explicit path and environment variable, checksummed cache,
 download (pinned commit, then the branch), offline fallback with its one-line notice; the character
-vocabulary and the 90/10 split. No test touches the network (`_download` is replaced)."""
+vocabulary and the 90/10 split. No test touches the network (`tutor.data.sources.download` is replaced)."""
 
+import dataclasses
 import hashlib
 
 import pytest
 import torch
+from datakit import FakeDownload, isolated  # noqa: F401  (isolated: an autouse fixture)
 
 from conftest import SHARED
-from tutor import data
+from tutor import data, errors
+from tutor.data import shakespeare, sources
 
 SEED = SHARED / "data" / "tinyshakespeare.txt"
 needs_seed_file = pytest.mark.skipif(not SEED.is_file(), reason=f"{SEED} is absent")
 SMALL = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
 
 
-class FakeDownload:
-    def __init__(self, payloads):
-        self.payloads, self.calls = list(payloads), []
-
-    def __call__(self, url, timeout):
-        self.calls.append(url)
-        payload = self.payloads.pop(0)
-        if isinstance(payload, BaseException):
-            raise payload
-        return payload
-
-
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path):
-    monkeypatch.setenv("TUTOR_CACHE_DIR", str(tmp_path / "cache"))
-    for var in ("TUTOR_SHAKESPEARE", "TUTOR_OFFLINE"):
-        monkeypatch.delenv(var, raising=False)
-
-    def no_network(url, timeout):
-        raise AssertionError(f"unexpected download of {url}")
-
-    monkeypatch.setattr(data, "_download", no_network)
-
-
 @pytest.fixture
 def small_is_shakespeare(monkeypatch):
     """Pretend SMALL is the real file (its checksum becomes the pinned one)."""
-    monkeypatch.setattr(data, "SHAKESPEARE_SHA256", hashlib.sha256(SMALL).hexdigest())
+    pinned = dataclasses.replace(shakespeare.DATA_SET, sha256=hashlib.sha256(SMALL).hexdigest())
+    monkeypatch.setattr(shakespeare, "DATA_SET", pinned)
 
 
 @needs_seed_file
 def test_the_shared_file_is_tiny_shakespeare(capsys):
     text = data.load_shakespeare(SEED)
-    assert len(text) == data.SHAKESPEARE_LENGTH == 1_115_394
+    assert len(text) == shakespeare.SHAKESPEARE_LENGTH == 1_115_394
     assert text.startswith("First Citizen:")
     assert capsys.readouterr().out == "Text: 1,115,394 characters from tinyshakespeare.txt, checksum verified\n"
     vocab = data.CharVocab.from_text(text)
     assert vocab.vocab_size == 65 and vocab.chars == data.SHAKESPEARE_CHARS
-    assert hashlib.sha256(SEED.read_bytes()).hexdigest() == data.SHAKESPEARE_SHA256
+    assert hashlib.sha256(SEED.read_bytes()).hexdigest() == shakespeare.SHAKESPEARE_SHA256
 
 
 def test_explicit_path_and_environment_variable(tmp_path, monkeypatch, capsys):
@@ -65,41 +45,58 @@ def test_explicit_path_and_environment_variable(tmp_path, monkeypatch, capsys):
     loaded = data.load_shakespeare_with_source(verbose=False)
     assert loaded.source == "file" and "(TUTOR_SHAKESPEARE)" in loaded.notice
     monkeypatch.setenv("TUTOR_SHAKESPEARE", str(tmp_path / "missing.txt"))
-    with pytest.raises(FileNotFoundError, match="TUTOR_SHAKESPEARE"):
+    with pytest.raises(FileNotFoundError, match="TUTOR_SHAKESPEARE") as info:
         data.load_shakespeare()
+    assert isinstance(info.value, errors.DataFileNotFoundError)  # one line, as for the names
+    monkeypatch.setenv("TUTOR_SHAKESPEARE", str(tmp_path))
+    with pytest.raises(IsADirectoryError, match="is a directory") as info:
+        data.load_shakespeare()
+    assert isinstance(info.value, errors.DataFileIsADirectoryError)
+
+
+def test_a_file_that_is_not_text_or_is_empty_is_a_one_line_error(tmp_path):
+    binary = tmp_path / "picture.png"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    with pytest.raises(errors.DataFileError, match="is not a text file") as info:
+        data.load_shakespeare(binary)
+    assert info.value._render_traceback_() == [f"DataFileError: {info.value}"] and "\n" not in str(info.value)
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match="is empty"):
+        data.load_shakespeare(empty)
 
 
 def test_download_tries_the_pinned_commit_then_the_branch_and_caches(monkeypatch, small_is_shakespeare, capsys):
-    fake = FakeDownload([OSError("boom"), SMALL])
-    monkeypatch.setattr(data, "_download", fake)
+    fake = FakeDownload(OSError("boom"), SMALL)
+    monkeypatch.setattr(sources, "download", fake)
     loaded = data.load_shakespeare_with_source()
     assert loaded.source == "download" and loaded.text == SMALL.decode()
-    assert fake.calls == list(data.SHAKESPEARE_URLS)
+    assert fake.calls == list(shakespeare.SHAKESPEARE_URLS)
     assert "d1d7aa34fdb3626174bce1d753e6cc6845ce7087" in fake.calls[0] and "/master/" in fake.calls[1]
     assert capsys.readouterr().out.count("\n") == 1  # one line
     # the next load reads the cache, without the network
-    monkeypatch.setattr(data, "_download", FakeDownload([]))
+    monkeypatch.setattr(sources, "download", FakeDownload())
     assert data.load_shakespeare_with_source(verbose=False).source == "cache"
 
 
 def test_a_corrupted_cache_is_deleted_and_replaced(monkeypatch, small_is_shakespeare):
-    cached = data.cache_dir() / data.SHAKESPEARE_FILENAME
+    cached = data.cache_dir() / shakespeare.SHAKESPEARE_FILENAME
     cached.parent.mkdir(parents=True)
     cached.write_bytes(SMALL[:10])  # truncated
-    monkeypatch.setattr(data, "_download", FakeDownload([SMALL]))
+    monkeypatch.setattr(sources, "download", FakeDownload(SMALL))
     loaded = data.load_shakespeare_with_source(verbose=False)
     assert loaded.source == "download" and "failed its checksum" in loaded.notice
     assert cached.read_bytes() == SMALL
 
 
 def test_wrong_checksum_download_falls_back_in_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(data, "_download", FakeDownload([b"tampered", b"tampered"]))
+    monkeypatch.setattr(sources, "download", FakeDownload(b"tampered"))
     text = data.load_shakespeare()
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "offline fallback" in out and "checksum mismatch" in out
     assert "names" in out
     assert set(text) <= set("abcdefghijklmnopqrstuvwxyz\n") and len(text) > 10_000
-    assert not (data.cache_dir() / data.SHAKESPEARE_FILENAME).exists()
+    assert not (data.cache_dir() / shakespeare.SHAKESPEARE_FILENAME).exists()
 
 
 def test_offline_never_downloads(capsys):

@@ -1,4 +1,4 @@
-"""Errors a learner can fix (a bad names file, a bad ``TUTOR_DEVICE``): one readable line.
+"""Errors a learner can fix (a bad data file, a bad ``TUTOR_DEVICE``): one readable line.
 
 A ``TutorError`` is about the learner's setup, not a bug in their code, so a traceback through
 ``tutor``'s internals only hides the one line that matters. It renders as that line:
@@ -26,20 +26,28 @@ class TutorError(Exception):
         return [self.one_line()]
 
 
-class NamesFileError(TutorError, ValueError):
-    """A names file that cannot be used: not text, or mostly not names."""
+class DataFileError(TutorError, ValueError):
+    """A data file of yours (``path=``, ``TUTOR_NAMES``, ``TUTOR_SHAKESPEARE``) that cannot be used: not text,
+    empty, or (a names file) mostly not names."""
 
 
-class NamesFileNotFoundError(TutorError, FileNotFoundError):
-    """The names file given by ``path=`` or ``TUTOR_NAMES`` does not exist."""
+class DataFileNotFoundError(TutorError, FileNotFoundError):
+    """The data file given by ``path=``, ``TUTOR_NAMES`` or ``TUTOR_SHAKESPEARE`` does not exist."""
 
 
-class NamesFileIsADirectoryError(TutorError, IsADirectoryError):
-    """The names file given by ``path=`` or ``TUTOR_NAMES`` is a directory."""
+class DataFileIsADirectoryError(TutorError, IsADirectoryError):
+    """The data file given by ``path=``, ``TUTOR_NAMES`` or ``TUTOR_SHAKESPEARE`` is a directory."""
 
 
-class NoNamesError(TutorError, RuntimeError):
-    """No source of names at all (no cache, no download, no ``names`` package)."""
+class NoDataError(TutorError, RuntimeError):
+    """No source of a data set at all (no file, no cache, no download, no offline fallback)."""
+
+
+# The names of these errors from before tiny Shakespeare shared them: the same classes.
+NamesFileError = DataFileError
+NamesFileNotFoundError = DataFileNotFoundError
+NamesFileIsADirectoryError = DataFileIsADirectoryError
+NoNamesError = NoDataError
 
 
 class DeviceError(TutorError, ValueError):
