@@ -20,7 +20,7 @@ if _seed.exists():
 _shakespeare = _seed.parent / "tinyshakespeare.txt"
 if _shakespeare.exists():
     os.environ.setdefault("TUTOR_SHAKESPEARE", str(_shakespeare))
-# Checks record progress (tutor.tracking): during tests into a throw-away file, never into the
+# Checks record progress (tutor.course.progress): during tests into a throw-away file, never into the
 # user's data directory. Kernels started by nbval and nbclient inherit it.
 import tempfile  # noqa: E402
 

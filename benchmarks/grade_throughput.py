@@ -18,7 +18,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tutor import catalog, grade  # noqa: E402
+from tutor import grading  # noqa: E402
+from tutor.course import catalog  # noqa: E402
 
 
 def main() -> None:
@@ -44,7 +45,7 @@ def main() -> None:
         print(f"{'workers':>7}  {'seconds':>8}  {'notebooks/min':>13}  {'s/notebook/worker':>17}  scores")
         for w in workers:
             start = time.perf_counter()
-            students = grade.grade(subs, grade.Options(workers=w), progress=False)
+            students = grading.grade(subs, grading.Options(workers=w), progress=False)
             seconds = time.perf_counter() - start
             scores = sorted({s.score for s in students})
             print(f"{w:>7}  {seconds:>8.1f}  {60 * args.n / seconds:>13.1f}  {seconds * w / args.n:>17.2f}  {scores}")

@@ -10,7 +10,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tutor import build as b
+from tutor.course import build as b
+from tutor.course import run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -151,7 +152,8 @@ That is all.'''
 
 
 def test_nbval_directive_lines_are_removed_from_code_but_not_code_mentioning_them():
-    assert b.strip_solutions(NBVAL_CELL) == 'print(round(1 / 3, 4))\nx = 1  # NBVAL_SKIP is only a directive on a line of its own'
+    assert b.strip_solutions(NBVAL_CELL) == ('print(round(1 / 3, 4))\n'
+                                             'x = 1  # NBVAL_SKIP is only a directive on a line of its own')
 
 
 def test_source_without_markers_is_unchanged():
@@ -464,7 +466,7 @@ def test_cli_without_arguments_prints_usage_and_fails_and_catalog_lists_exercise
         assert command in result.stderr
     result = cli("catalog")
     assert result.returncode == 0
-    from tutor import catalog
+    from tutor.course import catalog
     for nb in catalog.NOTEBOOKS:
         assert nb.filename in result.stdout
     for ex in catalog.EXERCISES:
@@ -484,7 +486,7 @@ def test_run_executes_a_solution_in_place_with_strict_checks_then_builds(tmp_pat
     ])
     write_solution(solutions, "01_run.ipynb", nb)
     lines = []
-    status = b.run_solutions(solutions, notebooks, only=["1"], timeout=60, log=lines.append)
+    status = run.run_solutions(solutions, notebooks, only=["1"], timeout=60, log=lines.append)
     assert status == 0, "\n".join(lines)
     ran = read(solutions / "01_run.ipynb")
     assert ran.cells[0].outputs[0].text == "1 from the solutions folder\n"
@@ -499,7 +501,7 @@ def test_run_leaves_a_failing_solution_unchanged(tmp_path):
     path = write_solution(solutions, "01_fail.ipynb", new_notebook(cells=[new_code_cell("1 / 0")]))
     before = path.read_bytes()
     lines = []
-    assert b.run_solutions(solutions, notebooks, timeout=60, log=lines.append) == 1
+    assert run.run_solutions(solutions, notebooks, timeout=60, log=lines.append) == 1
     assert path.read_bytes() == before
     assert "ZeroDivisionError" in "\n".join(lines)
     assert not notebooks.exists()
@@ -616,12 +618,11 @@ def test_run_refuses_when_the_names_are_not_the_full_data_set(tmp_path):
 
 
 def test_data_source_problem_is_none_for_the_full_data_set(monkeypatch):
-    from tutor import __main__ as cli_main
     from conftest import ALLNAMES
     if not ALLNAMES.is_file():
         pytest.skip(f"{ALLNAMES} is absent")
     monkeypatch.setenv("TUTOR_NAMES", str(ALLNAMES))
-    assert cli_main.data_source_problem() is None
+    assert run.data_source_problem() is None
 
 
 def _widget_notebook(ids):
@@ -629,11 +630,15 @@ def _widget_notebook(ids):
     view = {"model_id": ids[0], "version_major": 2, "version_minor": 0}
     out = new_output("display_data", data={"application/vnd.jupyter.widget-view+json": view, "text/plain": "x"})
     nb = new_notebook(cells=[new_code_cell("interactive(f)", outputs=[out], id="widget-cell")])
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0, "state": {
-        ids[0]: {"model_name": "VBoxModel", "state": {"children": [f"IPY_MODEL_{ids[1]}"], "layout": f"IPY_MODEL_{ids[2]}"}},
-        ids[1]: {"model_name": "IntSliderModel", "state": {"layout": f"IPY_MODEL_{ids[2]}", "description": "sha 0123456789abcdef0123456789abcdef"}},
+    state = {
+        ids[0]: {"model_name": "VBoxModel",
+                 "state": {"children": [f"IPY_MODEL_{ids[1]}"], "layout": f"IPY_MODEL_{ids[2]}"}},
+        ids[1]: {"model_name": "IntSliderModel",
+                 "state": {"layout": f"IPY_MODEL_{ids[2]}", "description": "sha 0123456789abcdef0123456789abcdef"}},
         ids[2]: {"model_name": "LayoutModel", "state": {}},
-    }}}
+    }
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0,
+                                                                             "state": state}}
     return nb
 
 
@@ -645,7 +650,7 @@ def test_rerunning_a_notebook_keeps_its_widget_ids():
     runs = []
     for _ in range(2):
         nb = _widget_notebook([uuid.uuid4().hex for _ in range(3)])
-        b.stable_widget_ids(nb, "03_masking")
+        run.stable_widget_ids(nb, "03_masking")
         runs.append(b.notebook_bytes(nb))
     assert runs[0] == runs[1]
     nb = nbformat.reads(runs[0].decode(), as_version=4)
@@ -655,5 +660,5 @@ def test_rerunning_a_notebook_keeps_its_widget_ids():
     assert all(ref.removeprefix("IPY_MODEL_") in state for ref in state[view_id]["state"]["children"])
     assert any("0123456789abcdef0123456789abcdef" in str(m) for m in state.values())  # other hex text untouched
     other = _widget_notebook([uuid.uuid4().hex for _ in range(3)])
-    b.stable_widget_ids(other, "04_multi_head_attention")
+    run.stable_widget_ids(other, "04_multi_head_attention")
     assert b.notebook_bytes(other) != runs[0]  # ids differ between notebooks

@@ -4,11 +4,12 @@ import re
 
 import nbformat
 import pytest
+from checkkit import not_done, passes, stub
 
 import tutor
-from checkkit import not_done, passes, stub
 from conftest import ROOT
-from tutor import catalog, checks, reference
+from tutor import checks, reference
+from tutor.course import catalog
 
 EXERCISES = catalog.EXERCISES
 NOTEBOOKS = catalog.NOTEBOOKS
@@ -103,9 +104,10 @@ def _readme_time(minutes: int) -> str:
 
 @pytest.mark.parametrize("n", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_time_estimates_agree_in_the_catalog_the_readme_and_the_notebook(n):
-    """One estimate per notebook (tutor.catalog), shown in the README table and the title cell."""
+    """One estimate per notebook (tutor.course.catalog), shown in the README table and the title cell."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    row = next(line for line in readme.splitlines() if line.startswith("|") and f"({'notebooks/' + n.filename})" in line)
+    row = next(line for line in readme.splitlines()
+               if line.startswith("|") and f"({'notebooks/' + n.filename})" in line)
     assert row.rstrip(" |").rsplit("|", 1)[1].strip() == _readme_time(n.minutes), row
     title = _solution(n).cells[0].source
     said = re.search(r"\*\*Time:\*\* about (an hour|\d+ minutes)", title)

@@ -26,7 +26,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from conftest import ROOT
-from tutor import catalog
+from tutor.course import catalog
 
 COLAB_IPYTHON, COLAB_IPYWIDGETS = "7.34.0", "7.7.5"
 COLAB_PYTHON = "3.12"
@@ -60,7 +60,8 @@ def test_the_colab_setup_keeps_colabs_packages(n):
     assert installs[0] == ["--no-deps", "git+{REPO_URL}"], f"{n.filename}: install the course with --no-deps"
     extra = {name for args in installs[1:] for name in args}
     assert not {"-U", "--upgrade", "--force-reinstall"} & extra
-    assert not extra & COLAB_PREINSTALLED, f"{n.filename}: the Colab branch must not reinstall {extra & COLAB_PREINSTALLED}"
+    assert not extra & COLAB_PREINSTALLED, (
+        f"{n.filename}: the Colab branch must not reinstall {extra & COLAB_PREINSTALLED}")
     on_colab = {"python_version": COLAB_PYTHON, "python_full_version": f"{COLAB_PYTHON}.0", "sys_platform": "linux",
                 "platform_system": "Linux", "os_name": "posix"}
     needed = {r.name.lower() for r in package_requirements()

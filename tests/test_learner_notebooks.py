@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import ROOT
-from tutor import build, catalog
+from tutor.course import build, catalog
 
 RESULT = re.compile(r"^(✅|❌|⏳) (\w+): (.*)$", re.M)
 

@@ -9,11 +9,12 @@ import time
 
 import nbformat
 import pytest
+from checkkit import stub
 
 import tutor
-from checkkit import stub
 from conftest import ROOT
-from tutor import catalog, checks, reference, tracking
+from tutor import checks, reference
+from tutor.course import catalog, progress
 
 
 @pytest.fixture
@@ -21,9 +22,9 @@ def store(tmp_path, monkeypatch):
     path = tmp_path / "data" / "progress.json"
     monkeypatch.setenv("TUTOR_PROGRESS_FILE", str(path))
     monkeypatch.delenv("TUTOR_PROGRESS", raising=False)
-    tracking._SESSION.clear()
+    progress._SESSION.clear()
     yield path
-    tracking._SESSION.clear()
+    progress._SESSION.clear()
 
 
 def test_the_test_suite_never_writes_into_the_user_data_directory():
@@ -58,8 +59,8 @@ def test_progress_shows_every_exercise_with_the_date_of_the_last_pass(store):
 
 def test_a_failure_after_a_pass_keeps_the_date_of_the_pass(store):
     checks.softmax(reference.softmax)
-    passed = tracking.load()["softmax"]["last_passed"]
-    tracking._SESSION.clear()  # a new session: only the file remembers
+    passed = progress.load()["softmax"]["last_passed"]
+    progress._SESSION.clear()  # a new session: only the file remembers
     checks.softmax(lambda x, dim=-1: x)
     entry = json.loads(store.read_text(encoding="utf-8"))["exercises"]["softmax"]
     assert entry["status"] == "failed" and entry["last_passed"] == passed
@@ -92,11 +93,11 @@ def test_progress_never_breaks_a_check(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("TUTOR_PROGRESS_FILE", str(blocker / "progress.json"))  # cannot be created
-    tracking._SESSION.clear()
+    progress._SESSION.clear()
     result = checks.softmax(reference.softmax)
     assert result.passed
     assert tutor.progress(1).status("softmax") == "passed"  # this session's results are still shown
-    tracking._SESSION.clear()
+    progress._SESSION.clear()
 
 
 def test_recording_can_be_switched_off(store, monkeypatch):

@@ -5,12 +5,13 @@ notebook rewrites no widget model ids. The widget bundle works with ipywidgets 7
 
 import json
 import logging
+
 import nbformat
 import pytest
 
-from conftest import ROOT
-from tutor import build
 import tutor_jupyter
+from conftest import ROOT
+from tutor.course import run
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -127,9 +128,9 @@ def executed(tmp_path, monkeypatch):
         cell.id = f"cell-{i}"
     path = tmp_path / "99_widgets.ipynb"
     nbformat.write(nb, path)
-    build.execute_solution(path, timeout=300)
+    run.execute_solution(path, timeout=300)
     first = path.read_bytes()
-    build.execute_solution(path, timeout=300)
+    run.execute_solution(path, timeout=300)
     return first, path.read_bytes()
 
 
@@ -162,7 +163,7 @@ def test_the_committed_solutions_will_be_saved_as_pictures():
                 if WIDGET_VIEW in output.get("data", {}):
                     assert "image/png" in output["data"], f"{path.name}: a widget output without a picture"
         copy = nbformat.from_dict(json.loads(json.dumps(nb)))
-        build.save_widgets_as_pictures(copy)
+        run.save_widgets_as_pictures(copy)
         assert "widgets" not in copy.metadata
         assert not [o for c in copy.cells for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
 
@@ -176,7 +177,7 @@ def test_tutor_run_stores_figures_as_pictures_even_under_mplbackend_agg(tmp_path
     nb.cells[0].id = "cell-0"
     path = tmp_path / "98_figure.ipynb"
     nbformat.write(nb, path)
-    build.execute_solution(path, timeout=300)
+    run.execute_solution(path, timeout=300)
     outputs = json.loads(path.read_bytes())["cells"][0]["outputs"]
     assert any("image/png" in o.get("data", {}) for o in outputs), outputs
 

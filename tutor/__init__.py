@@ -2,7 +2,9 @@
 
 - ``tutor.reference``: model answers for every exercise, one module per concept.
 - ``tutor.checks``: one check per exercise, e.g. ``tutor.checks.softmax(softmax)``.
-- ``tutor.catalog``: the list of exercises (name, notebook, what the learner writes).
+- ``tutor.course``: the notebooks and exercises (``tutor.course.catalog``), building the learner notebooks,
+  running the solutions, points, and your progress.
+- ``tutor.grading``: ``python -m tutor grade``, grading learner notebooks in a kernel of its own.
 - ``tutor.data``: the names data set, the alphabet and batching.
 - ``tutor.shapes``: shape-checking asserts such as ``expect_shape(x, "B T C")``.
 - ``tutor.viz``: heatmaps, plots and widgets (each with a static fallback).
@@ -22,8 +24,9 @@ _install_excepthook()  # a TutorError (bad names file, bad TUTOR_DEVICE) prints 
 
 def progress(*notebooks: int):
     """Your progress: every exercise of these notebooks (default: all) as ✅ / ❌ / ⏳ with the date of
-    its last pass, e.g. ``tutor.progress(3)``. See ``tutor.tracking``."""
-    from tutor.tracking import progress as _progress
+    its last pass, e.g. ``tutor.progress(3)``. See ``tutor.course.progress``."""
+    # imported here: tutor.course.progress imports from this package, which is not yet whole at its top
+    from tutor.course.progress import progress as _progress
 
     return _progress(*notebooks)
 

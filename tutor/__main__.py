@@ -12,9 +12,12 @@ NB is a notebook number (``1`` or ``01``), a name (``01_dot_product_attention``)
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 
-from tutor import build as _build
+from tutor import grading
+from tutor.course import build, catalog, points, progress, run
+from tutor.errors import TutorError
 
 
 def _add_dirs(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +61,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "the stored outputs then show fewer names and worse losses")
 
     commands.add_parser("catalog", help="list the notebooks and their exercises",
-                        description="Print the notebooks and exercises of tutor.catalog as a table.")
+                        description="Print the notebooks and exercises of tutor.course.catalog as a table.")
 
     p = commands.add_parser(
         "grade", help="grade learner notebooks (Gradescope, otter, CSV, feedback)",
@@ -97,13 +100,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _dirs(args) -> tuple:
-    root = _build.find_root()
+    root = build.find_root()
     return (args.solutions or root / "solutions", args.notebooks or root / "notebooks")
 
 
 def cmd_build(args) -> int:
     solutions, notebooks = _dirs(args)
-    report = _build.build(solutions, notebooks, force=args.force, check=args.check, only=args.notebooks_only)
+    report = build.build(solutions, notebooks, force=args.force, check=args.check, only=args.notebooks_only)
     for line in report.lines():
         print(line, file=sys.stderr if line.startswith("error:") else sys.stdout)
     refused = report.by_status("refused")
@@ -115,45 +118,23 @@ def cmd_build(args) -> int:
     return report.exit_code
 
 
-def data_source_problem() -> str | None:
-    """Why the notebooks would not run on the full names data set, or None when they would.
-
-    ``tutor run`` stores outputs in the solution notebooks, which everyone reads: outputs from
-    the offline fallback (about 5,000 names) or a small file would replace the real figures.
-    """
-    from tutor import data
-    from tutor.errors import TutorError
-
-    try:
-        loaded = data.load_names_with_source(verbose=False)
-    except TutorError as error:
-        return error.one_line()
-    if data.is_full_data_set(loaded):
-        return None
-    where = loaded.notice.split(" ", 2)[2].split(" — ")[0]  # "from the offline fallback (...)"
-    return (f"the notebooks would train on {len(loaded.names):,} names {where}, not the full data set "
-            f"of {data.NUM_NAMES:,} names, and their stored outputs would change")
-
-
 def cmd_run(args) -> int:
     solutions, notebooks = _dirs(args)
-    problem = data_source_problem()
+    problem = run.data_source_problem()
     if problem and not args.partial_data:
-        from tutor.data import full_list_hint
+        from tutor.data import full_list_hint  # imported here: it imports torch (seconds), needed for this error only
 
         print(f"error: refusing to run: {problem}.\n"
               f"  To fix it: {full_list_hint()}; or pass --partial-data to run anyway.", file=sys.stderr)
         return 2
     if problem:
         print(f"WARNING: --partial-data: {problem}. Do not commit these outputs.", file=sys.stderr)
-    return _build.run_solutions(solutions, notebooks, only=args.notebooks_only, force=args.force,
-                                timeout=args.timeout, kernel_name=args.kernel)
+    return run.run_solutions(solutions, notebooks, only=args.notebooks_only, force=args.force,
+                             timeout=args.timeout, kernel_name=args.kernel)
 
 
 def catalog_table() -> str:
-    """The notebooks and exercises of ``tutor.catalog`` as a plain-text table."""
-    from tutor import catalog
-
+    """The notebooks and exercises of ``tutor.course.catalog`` as a plain-text table."""
     rows = [("NB", "exercise", "learner writes")]
     for nb in catalog.NOTEBOOKS:
         rows.append((f"{nb.number:02d}", f"{nb.filename}: {nb.title} (~{nb.minutes} min)", ""))
@@ -170,10 +151,6 @@ def catalog_table() -> str:
 
 
 def cmd_grade(args) -> int:
-    import pathlib
-
-    from tutor import grade, points
-
     try:
         overrides = points.load_overrides(args.points) if args.points else {}
     except (OSError, ValueError) as error:
@@ -183,24 +160,20 @@ def cmd_grade(args) -> int:
     if missing:  # a typo: grading it would write a silent 0 / 0
         print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    options = grade.Options(cell_timeout=args.timeout, total_timeout=args.total_timeout, memory_mb=args.memory,
-                            workers=args.workers, points=overrides,
-                            solutions_dir=pathlib.Path(args.solutions) if args.solutions else None)
+    options = grading.Options(cell_timeout=args.timeout, total_timeout=args.total_timeout, memory_mb=args.memory,
+                              workers=args.workers, points=overrides,
+                              solutions_dir=pathlib.Path(args.solutions) if args.solutions else None)
     assignment = [int(n) for n in args.assignment] if args.assignment else None
-    students = grade.grade(args.submissions, options, assignment=assignment, progress=not args.no_progress)
-    written = grade.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]))
-    print(grade.summary_table(students))
+    students = grading.grade(args.submissions, options, assignment=assignment, progress=not args.no_progress)
+    written = grading.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]))
+    print(grading.summary_table(students))
     print(f"wrote {len(written)} files to {args.out}")
     return 0
 
 
 def cmd_progress(args) -> int:
-    from tutor import tracking
-
-    from tutor.errors import TutorError
-
     try:
-        print(tracking.progress(*args.notebooks_only).text())
+        print(progress.progress(*args.notebooks_only).text())
     except TutorError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

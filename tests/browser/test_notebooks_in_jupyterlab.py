@@ -15,9 +15,8 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
-
 import labkit
+import pytest
 from labkit import Notebook
 
 pytestmark = pytest.mark.browser
@@ -34,7 +33,7 @@ def _number(path) -> int:
 
 
 def expected_checks(number: int) -> set[str]:
-    from tutor import catalog
+    from tutor.course import catalog
 
     return {e.name for e in catalog.exercises(number)}
 

@@ -9,8 +9,8 @@ points without any table to update. An instructor overrides them with a small TO
     softmax = 3
     MultiHeadAttention = 5
 
-Public API: :func:`exercise_cells`, :func:`difficulties`, :func:`default_points`,
-:func:`load_overrides`, :func:`points_for`.
+Public API: :func:`of` (one exercise's points, e.g. ``points.of("softmax")``), :func:`exercise_cells`,
+:func:`difficulties`, :func:`default_points`, :func:`load_overrides`, :func:`points_for`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ import pathlib
 import re
 import sys
 
-from tutor import catalog
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from tutor.course import catalog
+from tutor.course.build import find_root, read_notebook
 
 DIFFICULTY = re.compile(r"\*\*Difficulty:\*\*\s*([🔴⚪]+)")
 DEFAULT_POINTS = 1  # an exercise whose header has no difficulty line
@@ -70,13 +76,11 @@ def difficulties(nb, number: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=None)
 def _solution_difficulties(number: int, solutions_dir: str | None) -> dict[str, int]:
-    from tutor.build import find_root, read_notebook
-
     directory = pathlib.Path(solutions_dir) if solutions_dir else find_root() / "solutions"
     try:
         path = directory / catalog.notebook(number).filename
         return difficulties(read_notebook(path), number)
-    except Exception:  # noqa: BLE001 - no solutions (an installed package): every exercise is worth 1
+    except Exception:  # no solutions (an installed package): every exercise is worth 1
         return {}
 
 
@@ -86,12 +90,13 @@ def default_points(number: int, solutions_dir=None) -> dict[str, int]:
     return {e.name: found.get(e.name, DEFAULT_POINTS) for e in catalog.exercises(number)}
 
 
+def of(name: str, solutions_dir=None) -> int:
+    """The points of the exercise ``name`` (its difficulty, see :func:`default_points`), e.g. ``of("softmax")``."""
+    return default_points(catalog.BY_NAME[name].notebook, solutions_dir)[name]
+
+
 def load_overrides(path) -> dict[str, float]:
     """Read ``[points]`` from a TOML file: ``{exercise name: points}``. Unknown names are an error."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
     with open(path, "rb") as f:
         try:
             data = tomllib.load(f)

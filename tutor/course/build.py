@@ -29,23 +29,22 @@ the hash differs from the recorded one, a learner typed code or ran cells, and t
 refuses to overwrite it unless ``force=True`` (which first saves a backup copy).
 
 Public API: :func:`strip_solutions`, :func:`make_learner_notebook`, :func:`cells_hash`,
-:func:`build`, :func:`run_solutions`, :func:`save_widgets_as_pictures` and :class:`BuildReport`.
+:func:`build` and :class:`BuildReport`; :func:`find_root` and :func:`read_notebook` for the other
+jobs that read the solutions. Executing the solutions (``python -m tutor run``) is ``tutor.course.run``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
-import hashlib
 import json
-import os
 import pathlib
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 import nbformat
+
+from tutor.files import sha256, write_atomically
 
 BEGIN_MARKER = "### BEGIN SOLUTION"
 END_MARKER = "### END SOLUTION"
@@ -74,8 +73,6 @@ LANGUAGE_INFO = {"name": "python"}
 KEPT_NOTEBOOK_METADATA = ("accelerator", "colab")
 
 BACKUP_GLOB = "*.backup*.ipynb"  # the pattern .gitignore ignores
-STRICT_ENV = "TUTOR_STRICT"
-INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # Jupyter's own: figures become PNG outputs
 
 
 class BuildError(Exception):
@@ -158,7 +155,7 @@ def strip_solutions(source: str, cell_type: str = "code") -> str:
 
 def _cell_id(source_name: str, index: int) -> str:
     """A deterministic id for a cell that has none (only used for nbformat >= 4.5)."""
-    return hashlib.sha256(f"{source_name}:{index}".encode()).hexdigest()[:8]
+    return sha256(f"{source_name}:{index}".encode())[:8]
 
 
 def read_notebook(path):
@@ -214,7 +211,7 @@ def cells_hash(nb) -> str:
             "attachments": cell.get("attachments", {}),
         })
     text = json.dumps(content, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    return sha256(text.encode("ascii"))
 
 
 def make_learner_notebook(nb, source_name: str = ""):
@@ -268,19 +265,6 @@ def notebook_bytes(nb) -> bytes:
     return text.encode("utf-8")
 
 
-def _write_bytes_atomically(path: pathlib.Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def backup_path(path: pathlib.Path, now: datetime.datetime | None = None) -> pathlib.Path:
     """``notebooks/X.ipynb`` -> ``notebooks/X.backup-YYYYmmdd-HHMMSS.ipynb`` (a free name)."""
     stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
@@ -300,7 +284,7 @@ def learner_edits(path: pathlib.Path) -> str | None:
     """
     try:
         nb = read_notebook(path)
-    except Exception as error:  # noqa: BLE001 - any unreadable file must be protected
+    except Exception as error:  # any unreadable file must be protected
         return f"it cannot be read as a notebook ({type(error).__name__}: {error})"
     recorded = nb.metadata.get("tutor", {}).get("build_hash")
     if recorded is None:
@@ -377,7 +361,7 @@ class BuildReport:
         for r in self.results:
             if r.status in ("unchanged", "up to date"):
                 continue
-            line = f"{r.status:>10}  {_display(r.path) if r.path else r.name}"
+            line = f"{r.status:>10}  {display_path(r.path) if r.path else r.name}"
             if r.reason:
                 line += f": {r.reason}"
             out.append(line)
@@ -385,7 +369,8 @@ class BuildReport:
         return out
 
 
-def _display(path: pathlib.Path) -> str:
+def display_path(path: pathlib.Path) -> str:
+    """``path`` relative to the current directory where it is inside it (shorter messages), else as it is."""
     try:
         return str(path.resolve().relative_to(pathlib.Path.cwd().resolve()))
     except ValueError:
@@ -395,7 +380,7 @@ def _display(path: pathlib.Path) -> str:
 def find_root() -> pathlib.Path:
     """The repository root: the parent of the ``tutor`` package if it has ``solutions/``,
     else the current directory if it has ``solutions/``, else the package's parent."""
-    package_parent = pathlib.Path(__file__).resolve().parent.parent
+    package_parent = pathlib.Path(__file__).resolve().parents[2]  # (this file is tutor/course/build.py)
     if (package_parent / "solutions").is_dir():
         return package_parent
     if (pathlib.Path.cwd() / "solutions").is_dir():
@@ -407,7 +392,8 @@ def _is_backup(path: pathlib.Path) -> bool:
     return path.match(BACKUP_GLOB)
 
 
-def _notebook_files(directory: pathlib.Path) -> list[pathlib.Path]:
+def notebook_files(directory: pathlib.Path) -> list[pathlib.Path]:
+    """The notebooks in ``directory`` (not its backups), sorted; none when it is not a directory."""
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.glob("*.ipynb") if p.is_file() and not _is_backup(p))
@@ -459,7 +445,7 @@ def build(solutions_dir, notebooks_dir, force: bool = False, check: bool = False
         report.errors.append(f"{solutions_dir} is not a directory")
         return report
 
-    sources, unmatched = select(_notebook_files(solutions_dir), only)
+    sources, unmatched = select(notebook_files(solutions_dir), only)
     report.errors += [f"no solution notebook in {solutions_dir} matches {word!r}" for word in unmatched]
 
     # 1. Build everything in memory first, so that one bad solution writes nothing.
@@ -471,7 +457,7 @@ def build(solutions_dir, notebooks_dir, force: bool = False, check: bool = False
             built[source.name] = notebook_bytes(make_learner_notebook(solution, source_name))
         except BuildError as error:
             report.errors.append(str(error))
-        except Exception as error:  # noqa: BLE001 - unreadable JSON, invalid notebook, ...
+        except Exception as error:  # unreadable JSON, invalid notebook, ...
             report.errors.append(f"{source_name}: cannot be read: {type(error).__name__}: {error}")
     if report.errors:
         return report
@@ -484,7 +470,7 @@ def build(solutions_dir, notebooks_dir, force: bool = False, check: bool = False
         if not target.exists():
             result.status, result.reason = ("missing", "no learner notebook yet") if check else ("created", "")
             if not check:
-                _write_bytes_atomically(target, data)
+                write_atomically(target, data)
             continue
         if target.read_bytes() == data:
             result.status = "up to date" if check else "unchanged"
@@ -501,162 +487,21 @@ def build(solutions_dir, notebooks_dir, force: bool = False, check: bool = False
         elif edits:
             result.backup = backup_path(target)
             shutil.copy2(target, result.backup)
-            _write_bytes_atomically(target, data)
-            result.status, result.reason = "forced", f"{edits}; the old notebook was saved to {_display(result.backup)}"
+            write_atomically(target, data)
+            result.status = "forced"
+            result.reason = f"{edits}; the old notebook was saved to {display_path(result.backup)}"
         else:
-            _write_bytes_atomically(target, data)
+            write_atomically(target, data)
             result.status = "updated"
 
     # 3. Learner notebooks that no solution builds.
-    orphans, _ = select(_notebook_files(notebooks_dir), only)
+    orphans, _ = select(notebook_files(notebooks_dir), only)
     for path in orphans:
         if path.name not in built and not (solutions_dir / path.name).exists():
             reason = f"no {solutions_dir.name}/{path.name} builds it"
             if check:
                 report.results.append(NotebookResult(path.name, "orphan", reason, path))
             else:
-                report.warnings.append(f"{_display(path)} is an orphan: {reason} (left alone; delete it if it is obsolete)")
+                report.warnings.append(f"{display_path(path)} is an orphan: {reason} "
+                                       "(left alone; delete it if it is obsolete)")
     return report
-
-
-# --------------------------------------------------------------------------------------
-# Executing the solution notebooks
-
-
-@contextlib.contextmanager
-def _environment(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
-def execute_solution(path, timeout: int = 600, kernel_name: str = "python3") -> None:
-    """Execute the solution notebook at ``path`` in place, with ``TUTOR_STRICT=1`` and cwd its folder.
-
-    Outputs are stored in the file only when every cell ran; on an error the exception
-    (nbclient's ``CellExecutionError``, naming the cell) propagates and the file is untouched.
-    """
-    from nbclient import NotebookClient  # imported here: only `tutor run` needs it
-
-    path = pathlib.Path(path)
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name=kernel_name,
-        record_timing=False,  # no timestamps in cell metadata: smaller diffs
-        store_widget_state=False,  # no widget state (random model ids) in the metadata
-        resources={"metadata": {"path": str(path.parent.resolve())}},
-    )
-    # Progress (tutor.tracking) goes to a throw-away file: the stored output of the notebook's
-    # progress cell shows this run only, and the user's own progress is left alone.
-    # Figures are stored as pictures: the kernel uses Jupyter's inline backend even when the caller's
-    # environment says MPLBACKEND=Agg (as the tests' conftest and many CI setups do), which would store
-    # "<Figure size ...>" text instead.
-    with tempfile.TemporaryDirectory(prefix="tutor-run-") as tmp, _environment(STRICT_ENV, "1"), \
-            _environment("TUTOR_PROGRESS_FILE", os.path.join(tmp, "progress.json")), \
-            _environment("MPLBACKEND", INLINE_BACKEND):
-        client.execute()
-    save_widgets_as_pictures(nb)
-    stable_widget_ids(nb, path.stem)  # any widget left (one without a picture) keeps its id
-    _write_bytes_atomically(path, notebook_bytes(nb))
-
-
-def save_widgets_as_pictures(nb) -> int:
-    """Store each ``tutor.viz`` widget of an executed notebook as its static picture.
-
-    Drops the live widget view (whose random model id would change on every run, and which shows
-    "Error displaying widget" once the kernel is gone) from outputs that also carry a picture, and
-    ipywidgets' saved widget state from the metadata. The same function runs as a Jupyter pre-save
-    hook (``tutor_jupyter``). Returns how many outputs changed.
-    """
-    from tutor_jupyter import WIDGET_STATE, strip_widget_views
-
-    nb.metadata.pop(WIDGET_STATE, None)
-    return strip_widget_views(nb)
-
-
-def stable_widget_ids(nb, salt: str) -> None:
-    """Give the notebook's widget models ids derived from ``salt`` and their order, in place.
-
-    Jupyter gives every widget model a random id on each run, so re-running an unchanged notebook
-    would rewrite hundreds of lines (outputs' ``model_id``, the saved widget state and the
-    ``IPY_MODEL_<id>`` references inside it). Renamed in order of first appearance, an unchanged
-    notebook keeps its ids and its diff stays small.
-    """
-    import re
-    import uuid
-
-    state = nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
-    ids = []
-    for cell in nb.get("cells", []):
-        for output in cell.get("outputs", []) or []:
-            view = (output.get("data") or {}).get("application/vnd.jupyter.widget-view+json") or {}
-            if isinstance(view.get("model_id"), str):
-                ids.append(view["model_id"])
-    ids += list((state.get("state") or {}).keys())
-    ids = list(dict.fromkeys(i for i in ids if i))
-    if not ids:
-        return
-    new = {old: uuid.uuid5(uuid.NAMESPACE_URL, f"tutor-widget:{salt}:{k}").hex for k, old in enumerate(ids)}
-    pattern = re.compile("|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)))
-
-    def rename(value):
-        if isinstance(value, str):
-            return pattern.sub(lambda m: new[m.group(0)], value)
-        if isinstance(value, list):
-            return [rename(v) for v in value]
-        if isinstance(value, dict):
-            return type(value)((rename(k), rename(v)) for k, v in value.items())
-        return value
-
-    for cell in nb.get("cells", []):
-        if cell.get("outputs"):
-            cell["outputs"] = rename(cell["outputs"])
-    if state.get("state"):
-        state["state"] = rename(state["state"])
-
-
-def run_solutions(solutions_dir, notebooks_dir, only=None, force: bool = False, timeout: int = 600,
-                  kernel_name: str = "python3", log=print) -> int:
-    """Execute the solution notebooks (all, or those in ``only``), then rebuild their learner notebooks.
-
-    Returns an exit status: 0 when all ran and were rebuilt, non-zero otherwise.
-    """
-    solutions_dir = pathlib.Path(solutions_dir)
-    paths, unmatched = select(_notebook_files(solutions_dir), only)
-    for word in unmatched:
-        log(f"error: no solution notebook in {solutions_dir} matches {word!r}")
-    if unmatched:
-        return 2
-    if not paths:
-        log(f"no solution notebooks in {solutions_dir}")
-        return 0
-
-    ran, failed = [], []
-    for path in paths:
-        log(f"running {_display(path)} ...")
-        try:
-            execute_solution(path, timeout=timeout, kernel_name=kernel_name)
-        except Exception as error:  # noqa: BLE001 - report and go on with the next notebook
-            failed.append(path)
-            log(f"FAILED {_display(path)} (left unchanged):\n{error}")
-        else:
-            ran.append(path)
-            log(f"ok     {_display(path)}")
-
-    status = 1 if failed else 0
-    if ran:
-        report = build(solutions_dir, notebooks_dir, force=force, only=[p.stem for p in ran])
-        for line in report.lines():
-            log(line)
-        status = max(status, report.exit_code)
-    if failed:
-        log(f"{len(failed)} solution notebook(s) failed: " + ", ".join(p.name for p in failed))
-    return status
