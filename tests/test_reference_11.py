@@ -9,9 +9,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED
-from tutor.reference import tokenizer as bpe
-from tutor.reference.tokenizer import (
-    GPT2_PATTERN, BPETokenizer, bits_per_byte, count_pairs, merge_pair, read_text, train_bpe, train_bpe_naive,
+from tutor.reference import bpe
+from tutor.reference.bpe import (
+    GPT2_PATTERN,
+    BPETokenizer,
+    bits_per_byte,
+    count_pairs,
+    merge_pair,
+    read_text,
+    train_bpe,
+    train_bpe_naive,
 )
 
 tiktoken = pytest.importorskip("tiktoken")
@@ -140,7 +147,8 @@ def test_decode_joins_bytes_before_decoding():
 
 # --- properties (hypothesis) -------------------------------------------------------------------
 
-TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60) | st.text("ab '\n 1é😀<|>", max_size=40)
+TEXT = (st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+        | st.text("ab '\n 1é😀<|>", max_size=40))
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -256,7 +264,7 @@ def test_token_pictures():
     import matplotlib
 
     matplotlib.use("Agg")
-    from tutor.viz import tokens as pictures
+    from tutor.viz import bpe as pictures
 
     vocab, merges = train_bpe(SMALL, 300, [EOT])
     tok = BPETokenizer(vocab, merges, [EOT])

@@ -4,11 +4,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import ipywidgets as widgets  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from tutor import viz  # noqa: E402
+from tutor import viz
+from tutor.deprecation import TutorDeprecationWarning
+from tutor.viz.attention import similarity_and_attention, word_explorer
 
 
 def test_heatmap_labels_every_row_and_column():
@@ -27,7 +30,7 @@ def test_heatmap_skips_numbers_on_big_matrices():
 
 
 def test_similarity_and_attention_figure():
-    fig = viz.similarity_and_attention("Laika!")
+    fig = similarity_and_attention("Laika!")
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert any("similarity" in t for t in titles) and any("attention" in t for t in titles)
     first = fig.axes[0]
@@ -52,5 +55,29 @@ def test_interactive_has_widget_and_static_png():
 
 
 def test_word_explorer_has_a_fallback():
-    bundle = viz.word_explorer("laika")._repr_mimebundle_()
+    bundle = word_explorer("laika")._repr_mimebundle_()
     assert bundle["image/png"].startswith(b"\x89PNG")
+
+
+def test_viz_exports_the_core_and_one_module_per_topic():
+    assert viz.heatmap and viz.interactive and viz.figure_png and viz.WithFallback
+    for topic in ("attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe"):
+        assert getattr(viz, topic).__name__ == f"tutor.viz.{topic}"
+    assert sorted(viz.__all__) == sorted(name for name in vars(viz) if not name.startswith("_"))
+
+
+@pytest.mark.parametrize("old, module", [
+    ("word_explorer", "attention"), ("softmax_bars", "attention"), ("mask_heatmap", "masking"),
+    ("head_patterns", "heads"), ("sinusoid_waves", "positional"), ("depth_figure", "blocks"),
+    ("sampling_distribution", "model"),
+])
+def test_the_old_flat_names_still_work_with_a_warning(old, module):
+    with pytest.warns(TutorDeprecationWarning, match=f"tutor.viz.{old} has moved to tutor.viz.{module}.{old}"):
+        assert getattr(viz, old) is getattr(getattr(viz, module), old)
+
+
+def test_viz_tokens_is_now_viz_bpe():
+    with pytest.warns(TutorDeprecationWarning, match="tutor.viz.tokens has moved to tutor.viz.bpe"):
+        assert viz.tokens is viz.bpe
+    with pytest.raises(AttributeError):
+        viz.no_such_picture

@@ -8,15 +8,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from conftest import ROOT  # noqa: E402
-from tutor import reference as ref  # noqa: E402
-from tutor import train, viz  # noqa: E402
-from tutor.viz import training as vt  # noqa: E402
-from tutor.viz.core import MAX_WIDTH, grid_for  # noqa: E402
+from conftest import ROOT
+from tutor import reference as ref
+from tutor import train
+from tutor.viz import training as vt
+from tutor.viz.attention import similarity_and_attention, soft_lookup_explorer, softmax_bars
+from tutor.viz.core import MAX_WIDTH, grid_for
+from tutor.viz.model import sampling_distribution
 
 
 @pytest.mark.parametrize("name", ["laika", "maximilian", "bartholomew"])
@@ -42,10 +44,10 @@ def test_grid_wraps_instead_of_shrinking():
 
 
 def test_titles_read_like_the_slider():
-    fig = viz.softmax_bars([2.0, 1.0], ["a", "b"], scale=10 ** 1.5)
+    fig = softmax_bars([2.0, 1.0], ["a", "b"], scale=10 ** 1.5)
     titles = [ax.get_title() for ax in fig.axes]
     assert "scores × 31.6" in titles and not any("31.6228" in t for t in titles)
-    fig = viz.sampling_distribution(torch.tensor([1.0, 2.0]), temperature=10 ** -0.25)
+    fig = sampling_distribution(torch.tensor([1.0, 2.0]), temperature=10 ** -0.25)
     assert fig.axes[0].get_title().startswith("temperature = 0.562,")
     plt.close("all")
 
@@ -72,7 +74,7 @@ def test_difficulty_dots_are_all_emoji():
 
 def test_word_explorer_stacks_long_words():
     for word, columns in (("laika", 2), ("maximilian", 1)):
-        fig = viz.similarity_and_attention(word)
+        fig = similarity_and_attention(word)
         assert fig.get_size_inches()[0] <= MAX_WIDTH
         lefts = {round(ax.get_position().x0, 2) for ax in fig.axes if ax.get_title()}
         assert len(lefts) == columns, (word, lefts)
@@ -81,8 +83,8 @@ def test_word_explorer_stacks_long_words():
 
 def test_soft_lookup_explorer_starts_at_the_query():
     keys = torch.tensor([[1.0, 0.2], [0.9, 0.4], [0.2, 1.0], [-1.0, 0.0]])
-    shown = viz.soft_lookup_explorer(torch.tensor([1.0, 0.3]), keys, torch.tensor([1.0, 1.5, 0.5, 3.0]),
-                                     ["apple", "pear", "lemon", "bread"])
+    shown = soft_lookup_explorer(torch.tensor([1.0, 0.3]), keys, torch.tensor([1.0, 1.5, 0.5, 3.0]),
+                                 ["apple", "pear", "lemon", "bread"])
     angle, length = shown.widget.children[0].children
     assert (angle.value, length.value) == (15, 1.0)
     assert shown._repr_mimebundle_()["image/png"].startswith(b"\x89PNG")

@@ -112,9 +112,9 @@ def test_controls_get_room_for_their_labels():
 
 
 NOTEBOOK_WITH_WIDGETS = [
-    "from tutor import viz\nimport torch",
-    "viz.softmax_explorer(torch.tensor([2.0, 1.0, 0.1]), list('abc'), scale=1.0)",
-    "viz.word_explorer('laika')",
+    "from tutor.viz.attention import softmax_explorer, word_explorer\nimport torch",
+    "softmax_explorer(torch.tensor([2.0, 1.0, 0.1]), list('abc'), scale=1.0)",
+    "word_explorer('laika')",
 ]
 
 

@@ -4,19 +4,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    LearnerError, Mismatch, call, case, check, expect_close, expect_equal, expect_tensor, shape_mismatch,
-)
+from tutor.checks.common import LAIKA, laika_one_hot
+from tutor.checks.compare import expect_close, expect_equal, shape_mismatch
+from tutor.checks.harness import LearnerError, Mismatch, call, case, check
 
 __all__ = ["encode", "decode", "one_hot", "similarity", "softmax", "dot_product_attention"]
 
-LAIKA = ref.encode("laika")  # [12, 1, 9, 11, 1]
 BATCH_HINT = ("it must work with batch dimensions too: transpose only the last two axes with "
               "x.transpose(-2, -1) (x.T reverses every axis)")
-
-
-def laika_one_hot() -> torch.Tensor:
-    return ref.one_hot(torch.tensor(LAIKA), ref.vocab_size)
 
 
 # --- encode / decode ------------------------------------------------------------------
@@ -28,7 +23,8 @@ def encode(fn):
         with case(repr(name)):
             got = call(fn, name, what=f"encode({name!r})")
             if isinstance(got, torch.Tensor):
-                raise Mismatch("encode should return a list of ints, got a tensor", hint="return ids.tolist(), or build a list")
+                raise Mismatch("encode should return a list of ints, got a tensor",
+                               hint="return ids.tolist(), or build a list")
             if not isinstance(got, list):
                 raise Mismatch(f"encode should return a list of ints, got {type(got).__name__}")
             odd = next((g for g in got if type(g) is not int), None)
@@ -38,10 +34,12 @@ def encode(fn):
             expected = ref.encode(name)
             if got and [g - 1 for g in got] == expected:
                 raise Mismatch("every id is one too large", [f"expected {expected}", f"got      {got}"],
-                               hint="index the alphabet list itself: alphabet.index(ch) or a dict built with enumerate(alphabet)")
+                               hint="index the alphabet list itself: "
+                                    "alphabet.index(ch) or a dict built with enumerate(alphabet)")
             if got and [g + 1 for g in got] == expected:
                 raise Mismatch("every id is one too small", [f"expected {expected}", f"got      {got}"],
-                               hint="' ' is index 0, so 'a' is 1: look the letter up in `alphabet`, don't use ord(ch) - ord('a')")
+                               hint="' ' is index 0, so 'a' is 1: "
+                                    "look the letter up in `alphabet`, don't use ord(ch) - ord('a')")
             expect_equal(got, expected, f"encode({name!r})")
     for text in [" laika", "zoe ", " ana.."]:  # a training input is ' ' + name; targets are padded with '.'
         with case(f"{text!r} (with the start/padding characters ' ' and '.')"):
@@ -114,7 +112,8 @@ def one_hot(fn):
         ("batch [2, 3, 4], 7 classes", torch.randint(0, 7, (2, 3, 4)), 7),
     ]
     for label, ids, n in cases:
-        with case(label, hint_on_error="make it work for any number of leading axes: torch.zeros(*ids.shape, num_classes) and scatter_, or F.one_hot(...).float()"):
+        with case(label, hint_on_error="make it work for any number of leading axes: "
+                                       "torch.zeros(*ids.shape, num_classes) and scatter_, or F.one_hot(...).float()"):
             before = ids.clone()
             got = call(fn, ids, n, what=f"one_hot(ids of shape {list(ids.shape)}, {n})")
             expected = ref.one_hot(ids, n)
@@ -125,11 +124,14 @@ def one_hot(fn):
                           f"and scatter_ on the last axis, or F.one_hot(ids, num_classes).float()")
                 raise m
             expect_close(got, expected, "the one-hot tensor", atol=0, rtol=0, mistakes=[
-                ("each vector has the 1 one place too far: the ids are already 0-based", lambda: ref.one_hot((ids + 1) % n, n)),
-                ("the last two axes are swapped: the result is [..., T, num_classes]", lambda: expected.transpose(-2, -1)),
+                ("each vector has the 1 one place too far: the ids are already 0-based",
+                 lambda: ref.one_hot((ids + 1) % n, n)),
+                ("the last two axes are swapped: the result is [..., T, num_classes]",
+                 lambda: expected.transpose(-2, -1)),
             ])
             if not torch.equal(ids, before):
-                raise Mismatch("one_hot changed its input ids in place", hint="don't modify `ids`; work on a new tensor")
+                raise Mismatch("one_hot changed its input ids in place",
+                               hint="don't modify `ids`; work on a new tensor")
     return "3 cases"
 
 
@@ -203,7 +205,8 @@ def softmax(fn):
     with case("large logits [1000, 999, 0]"):
         big = torch.tensor([[1000.0, 999.0, 0.0], [-1000.0, -1001.0, -2000.0]])
         got = call(fn, big.clone(), dim=-1, what="softmax(tensor([[1000., 999., 0.], ...]))")
-        expect_close(got, ref.softmax(big), "softmax of large logits", hint="subtract the maximum along `dim` before exp")
+        expect_close(got, ref.softmax(big), "softmax of large logits",
+                     hint="subtract the maximum along `dim` before exp")
 
     with case("the input is left unchanged"):
         inp = torch.randn(3, 4)
@@ -269,7 +272,8 @@ def _attention_mistakes(x):
     s = ref.similarity(x)
     return [
         ("no softmax: the weights must be softmax(x xᵀ), rows that sum to 1", lambda: s @ x),
-        ("softmax over the wrong axis: each row (dim=-1) of the weights must sum to 1", lambda: ref.softmax(s, dim=-2) @ x),
+        ("softmax over the wrong axis: each row (dim=-1) of the weights must sum to 1",
+         lambda: ref.softmax(s, dim=-2) @ x),
         ("the scores are scaled: in notebook 01 attention is softmax(x xᵀ) x, unscaled (scaling comes in 02)",
          lambda: ref.softmax(s / x.shape[-1] ** 0.5) @ x),
     ]

@@ -5,43 +5,14 @@ import math
 import torch
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    build, call, case, check, expect_close, load_reference_weights,
-)
+from tutor.checks.common import sdpa_mistakes
+from tutor.checks.compare import expect_close, load_reference_weights
+from tutor.checks.harness import build, call, case, check
 
 __all__ = ["scaled_dot_product_attention", "AttentionHead"]
 
 BATCH_HINT = ("it works without batch dimensions but not with them: transpose only the last two axes "
               "of K with k.transpose(-2, -1) (k.T and k.transpose(0, 1) move the batch axes too)")
-
-
-def sdpa_mistakes(q, k, v, mask=None):
-    """Outputs of the classic mistakes in scaled dot-product attention."""
-    d_k, d_v = q.shape[-1], v.shape[-1]
-
-    def attend(scores, dim=-1):
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return ref.softmax(scores, dim=dim) @ v
-
-    raw = q @ k.transpose(-2, -1)
-    mistakes = [
-        ("the scores are not scaled: divide q kᵀ by sqrt(d_k)", lambda: attend(raw)),
-        ("the scores are divided by d_k; divide by sqrt(d_k)", lambda: attend(raw / d_k)),
-        ("the scores are multiplied by sqrt(d_k); divide instead", lambda: attend(raw * math.sqrt(d_k))),
-        ("softmax over the wrong axis: normalise over the keys, the last axis (dim=-1)", lambda: attend(raw / math.sqrt(d_k), dim=-2)),
-    ]
-    if q.dim() > 3:
-        mistakes.append(("softmax over dim=1: without batch axes dim=1 is the last axis (the keys), but with them it "
-                         "is a batch axis; use dim=-1, which means the keys for any number of leading axes",
-                         lambda: attend(raw / math.sqrt(d_k), dim=1)))
-    if k.shape[-2] != d_k:
-        mistakes.append(("the scores are scaled by sqrt(Tk), the number of keys; the scale is sqrt(d_k) = q.shape[-1]",
-                         lambda: attend(raw / math.sqrt(k.shape[-2]))))
-    if d_v != d_k:
-        mistakes.insert(1, ("the scores are scaled by sqrt(d_v), the width of V; the scale is sqrt(d_k), the width of Q and K",
-                            lambda: attend(raw / math.sqrt(d_v))))
-    return mistakes
 
 
 def run_sdpa_case(fn, q, k, v, mask=None, what="the attention output"):
@@ -103,6 +74,8 @@ def _head_mistakes(head, x):
         ("the scores are not scaled: divide by sqrt(d_head)", lambda: ref.softmax(q @ k.transpose(-2, -1)) @ v),
         ("this head is causal; in notebook 02 every position attends to every position (masks come in 03)",
          lambda: ref.scaled_dot_product_attention(q, k, v, causal)),
-        ("queries and keys are swapped: the scores are query(x) @ key(x)ᵀ", lambda: ref.scaled_dot_product_attention(k, q, v)),
-        ("the values are wrong: multiply the weights by value(x)", lambda: ref.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head)) @ k),
+        ("queries and keys are swapped: the scores are query(x) @ key(x)ᵀ",
+         lambda: ref.scaled_dot_product_attention(k, q, v)),
+        ("the values are wrong: multiply the weights by value(x)",
+         lambda: ref.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head)) @ k),
     ]

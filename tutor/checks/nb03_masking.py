@@ -6,15 +6,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    error_details, is_signature_error,
-    LearnerError, Mismatch, call, case, check, diagnose, expect_close, expect_tensor, shape_mismatch,
-)
-from tutor.checks.nb02_queries_keys_values import sdpa_mistakes
+from tutor.checks.common import laika_one_hot, sdpa_mistakes
+from tutor.checks.compare import diagnose, expect_close, expect_tensor, shape_mismatch
+from tutor.checks.harness import LearnerError, Mismatch, call, case, check, error_details, is_signature_error
 
 __all__ = ["causal_mask", "padding_mask", "masked_attention"]
-
-LAIKA = ref.encode("laika")  # [12, 1, 9, 11, 1]
 
 CONVENTION = "True means \"may attend\" (the convention of torch.nn.functional.scaled_dot_product_attention)"
 
@@ -79,7 +75,8 @@ def expect_mask(got, expected: torch.Tensor, what: str, mistakes=(),
 
 # --- causal_mask ---------------------------------------------------------------------------------
 
-BOOL_HINT = "create it with dtype=torch.bool, e.g. torch.tril(torch.ones(T, T, dtype=torch.bool, device=device)), or convert with .bool()"
+BOOL_HINT = ("create it with dtype=torch.bool, e.g. torch.tril(torch.ones(T, T, dtype=torch.bool, device=device)), "
+             "or convert with .bool()")
 
 
 def _causal_mistakes(T):
@@ -94,7 +91,8 @@ def _causal_mistakes(T):
         ("off by one: with diagonal=1 position t also sees position t+1, the very token it must predict; "
          "use torch.tril(...) with the default diagonal=0", torch.tril(ones, diagonal=1)),
         ("the mask allows everything: nothing is masked; keep only the lower triangle with torch.tril", ones),
-        ("the mask allows only the diagonal: position t must see every earlier position too", torch.eye(T, dtype=torch.bool)),
+        ("the mask allows only the diagonal: position t must see every earlier position too",
+         torch.eye(T, dtype=torch.bool)),
     ]
 
 
@@ -144,7 +142,8 @@ def causal_mask(fn):
                 ["causal_mask(T, device=...) must create the mask on `device`, e.g. on the GPU the scores live on",
                  "'meta' is PyTorch's device for tensors that have a shape and a dtype but no data: the check "
                  "uses it to see whether your mask goes to the device it is asked for, without needing a GPU"],
-                hint="pass device=device to the function that creates the tensor, e.g. torch.ones(T, T, dtype=torch.bool, device=device)",
+                hint="pass device=device to the function that creates the tensor, "
+                     "e.g. torch.ones(T, T, dtype=torch.bool, device=device)",
             )
         if tuple(got.shape) != (3, 3):
             raise shape_mismatch(got.shape, (3, 3), what, "T T")
@@ -171,13 +170,15 @@ def _padding_mistakes(ids, pad_id):
          ", so real tokens are True and padding is False (ids != pad_id)", (ids == pad_id).unsqueeze(-2)),
         ("the polarity is wrong and the axis too: True must mark real tokens (ids != pad_id), with shape [B, 1, T]",
          (ids == pad_id).unsqueeze(-1)),
-        ("the mask has no query axis: return [B, 1, T] (mask.unsqueeze(1)) so it broadcasts against the [B, T, T] scores",
+        ("the mask has no query axis: return [B, 1, T] (mask.unsqueeze(1)) "
+         "so it broadcasts against the [B, T, T] scores",
          real),
     ]
     if pad_id != 0:
         mistakes.insert(0, ("the pad_id argument is ignored: you always compare with 0; compare with pad_id",
                             (ids != 0).unsqueeze(-2)))
-        mistakes.insert(1, ("the pad_id argument is ignored and the polarity wrong: True must mark real tokens, ids != pad_id",
+        mistakes.insert(1, ("the pad_id argument is ignored and the polarity wrong: "
+                            "True must mark real tokens, ids != pad_id",
                             (ids == 0).unsqueeze(-2)))
     return mistakes
 
@@ -200,9 +201,11 @@ def padding_mask(fn):
             expected = ref.padding_mask(before, 0 if pad_id is None else pad_id)
             got = call(fn, ids, **kwargs, what=f"padding_mask(ids of shape {list(ids.shape)}{shown})")
             if not torch.equal(ids, before):
-                raise Mismatch("padding_mask changed its input ids in place", hint="compare (ids != pad_id) into a new tensor")
+                raise Mismatch("padding_mask changed its input ids in place",
+                               hint="compare (ids != pad_id) into a new tensor")
             expect_mask(got, expected, "the padding mask", _padding_mistakes(before, 0 if pad_id is None else pad_id),
-                        dtype_hint="a comparison such as ids != pad_id is already boolean: don't convert it with .int() or .float()")
+                        dtype_hint="a comparison such as ids != pad_id is already boolean: "
+                                   "don't convert it with .int() or .float()")
     return "5 cases, including pad_id=27 and T = 1"
 
 
@@ -249,29 +252,32 @@ def _run_masked_case(fn, q, k, v, mask, *, keyword=False):
     got = call(fn, *args, mask=mask, what=what) if keyword else call(fn, *args, mask, what=what)
     if mask is not None and not torch.equal(mask, mask_before):
         raise Mismatch("your function changed the mask it was given, in place",
-                       hint="use ~mask (a new tensor), not mask.logical_not_(), mask[...] = ... or masked_fill_ on the mask")
+                       hint="use ~mask (a new tensor), not mask.logical_not_(), "
+                            "mask[...] = ... or masked_fill_ on the mask")
     mask = mask_before
     expected = ref.scaled_dot_product_attention(q, k, v, mask)
     mistakes = [] if mask is None else _masked_mistakes(q, k, v, mask)
     mistakes += sdpa_mistakes(q, k, v, mask)
     if mask is None and q.shape[-2] > 1:
         causal = torch.tril(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool))
-        mistakes.insert(0, ("with mask=None nothing is masked: apply a mask only when one is given (if mask is not None: ...)",
+        mistakes.insert(0, ("with mask=None nothing is masked: "
+                            "apply a mask only when one is given (if mask is not None: ...)",
                             lambda: ref.scaled_dot_product_attention(q, k, v, causal)))
     hint = None
     if isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape[:-1]) + (k.shape[-2],):
         hint = "you returned the attention weights: multiply them by V"
     elif isinstance(got, torch.Tensor) and got.dtype.is_floating_point and bool(torch.isnan(got).any()):
-        hint = ("NaN usually means 0/0 in a row of weights. Either a row of scores is entirely -inf (did you fill where "
-                "the mask is True? masked_fill(~mask, float('-inf')) fills where it is False), or you renormalise the "
-                "weights after the softmax and every allowed weight underflowed to 0: mask the scores before the softmax")
+        hint = ("NaN usually means 0/0 in a row of weights. Either a row of scores is entirely -inf "
+                "(did you fill where the mask is True? masked_fill(~mask, float('-inf')) fills where it is False), "
+                "or you renormalise the weights after the softmax and every allowed weight underflowed to 0: "
+                "mask the scores before the softmax")
     expect_close(got, expected, "the attention output", atol=1e-5, mistakes=mistakes, hint=hint)
     return got
 
 
 @check("masked_attention")
 def masked_attention(fn):
-    x = ref.one_hot(torch.tensor(LAIKA), ref.vocab_size)
+    x = laika_one_hot()
     with case("no mask (mask=None), q [2, 3, 4, 8], k [2, 3, 6, 8], v [2, 3, 6, 5]"):
         q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 5)
         try:
@@ -282,7 +288,8 @@ def masked_attention(fn):
                                error_details(e), hint="def scaled_dot_product_attention(q, k, v, mask=None):") from None
             raise Mismatch("your code raised an exception when mask=None",
                            error_details(e),
-                           hint="mask=None means attend everywhere: apply the mask only `if mask is not None:`") from None
+                           hint="mask=None means attend everywhere: apply the mask only "
+                                "`if mask is not None:`") from None
     with case("one-hot 'laika' as q, k and v, causal mask [5, 5]"):
         _run_masked_case(fn, x, x, x, ref.causal_mask(5))
     with case("batch [2, 3], T = 6, d_k = 8, d_v = 5, causal mask [6, 6] (passed as mask=...)"):

@@ -5,10 +5,8 @@ import math
 import torch
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    error_details, is_signature_error,
-    LearnerError, Mismatch, build, call, case, check, expect_close, expect_tensor, load_reference_weights,
-)
+from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights
+from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details, is_signature_error
 
 __all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
@@ -33,7 +31,8 @@ def _split_mistakes(x, n_heads):
         ("you transposed the wrong axes: after x.view(B, T, H, d_head) use .transpose(1, 2), which puts H before T",
          lambda: x.reshape(B, T, n_heads, d).transpose(2, 3)),
         (f"the number of heads is wrong: you made {d} heads of width {n_heads}; there must be n_heads = {n_heads} "
-         f"heads of width C // n_heads = {d} (use the n_heads argument; don't fix the number of heads or swap the two sizes)",
+         f"heads of width C // n_heads = {d} "
+         "(use the n_heads argument; don't fix the number of heads or swap the two sizes)",
          lambda: x.reshape(B, T, d, n_heads).transpose(1, 2)),
     ]
 
@@ -66,7 +65,8 @@ def _merge_mistakes(x):
         ("the merge does not transpose back: x.reshape(B, T, H*d_head) mixes positions; "
          "do x.transpose(1, 2) first, then reshape", lambda: x.reshape(B, T, H * d)),
         ("the heads are interleaved in the output (column j*H + h instead of h*d_head + j): "
-         "transpose(1, 2) and reshape; don't move d_head in front of H", lambda: x.permute(0, 2, 3, 1).reshape(B, T, H * d)),
+         "transpose(1, 2) and reshape; don't move d_head in front of H",
+         lambda: x.permute(0, 2, 3, 1).reshape(B, T, H * d)),
         ("the heads are transposed back but not merged: reshape the last two axes into one of size H*d_head",
          lambda: x.transpose(1, 2)),
         ("the heads are stacked along the positions: concatenate them along the last axis, the width, "
@@ -197,7 +197,8 @@ def _mha_mistakes(m, x, mask, causal):
         mistakes.append(("the output is not causal although causal=True: combine the causal mask "
                          "(tril of ones, see causal_mask) with the scores", lambda: _attend(m, x, mask, False)))
     else:
-        mistakes.append(("the causal mask is applied although causal=False: only mask the future when self.causal is True",
+        mistakes.append(("the causal mask is applied although causal=False: "
+                         "only mask the future when self.causal is True",
                          lambda: _attend(m, x, mask, True)))
     if mask is not None:
         mistakes += [
@@ -231,7 +232,8 @@ def _mha_mistakes(m, x, mask, causal):
         ("the values come from k_proj: use v_proj(x)", variant(v_from_k=True)),
     ]
     if causal:
-        mistakes.append(("the causal mask is upside down: position t may attend to 0..t, the lower triangle (torch.tril)",
+        mistakes.append(("the causal mask is upside down: "
+                         "position t may attend to 0..t, the lower triangle (torch.tril)",
                          variant(causal_fn=lambda T: torch.triu(torch.ones(T, T, dtype=torch.bool)))))
     return mistakes
 
@@ -376,13 +378,16 @@ def _check_dropout(cls):
             return  # the same random numbers, used on the attention weights
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-4):
             raise Mismatch("dropout does nothing in train mode",
-                           hint="create self.dropout = nn.Dropout(dropout) in __init__ and apply it to the attention weights "
-                                "(after the softmax, before multiplying by V)")
+                           hint="create self.dropout = nn.Dropout(dropout) in __init__ "
+                                "and apply it to the attention weights (after the softmax, before multiplying by V)")
         with torch.no_grad():
             for where, text in [
-                ("output", "dropout is applied to the output; it belongs on the attention weights (after the softmax, before @ V)"),
-                ("merged", "dropout is applied to the merged heads; it belongs on the attention weights (after the softmax, before @ V)"),
-                ("scores", "dropout is applied to the scores before the softmax; it belongs on the attention weights after the softmax"),
+                ("output", "dropout is applied to the output; "
+                           "it belongs on the attention weights (after the softmax, before @ V)"),
+                ("merged", "dropout is applied to the merged heads; "
+                           "it belongs on the attention weights (after the softmax, before @ V)"),
+                ("scores", "dropout is applied to the scores before the softmax; "
+                           "it belongs on the attention weights after the softmax"),
                 ("v", "dropout is applied to V; it belongs on the attention weights (after the softmax, before @ V)"),
             ]:
                 torch.default_generator.manual_seed(1234)
@@ -393,7 +398,8 @@ def _check_dropout(cls):
         if zeros > 0.03:
             raise Mismatch("dropout is in the wrong place",
                            [f"{zeros:.0%} of the output entries are exactly 0"],
-                           hint="dropout is applied to the output; it belongs on the attention weights (after the softmax, before @ V)")
+                           hint="dropout is applied to the output; "
+                                "it belongs on the attention weights (after the softmax, before @ V)")
         torch.default_generator.manual_seed(4321)
         again = call(mine, x.clone(), what="model.train(); model(x)").detach()
         if torch.equal(got, again):

@@ -4,10 +4,8 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    error_details, is_signature_error,
-    LearnerError, Mismatch, build, call, case, check, expect_close, expect_tensor, load_reference_weights,
-)
+from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights
+from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details
 
 __all__ = ["sinusoidal_encoding", "PositionalEmbedding", "apply_rope"]
 
@@ -85,7 +83,8 @@ def sinusoidal_encoding(fn):
             got = call(fn, max_len, d_model, what=f"sinusoidal_encoding({max_len}, {d_model})")
             expected = ref.sinusoidal_encoding(max_len, d_model)
             if isinstance(got, torch.Tensor) and tuple(got.shape) == (d_model, max_len) and max_len != d_model:
-                raise Mismatch("the table has shape (d_model, max_len)", [f"expected ({max_len}, {d_model}), got {tuple(got.shape)}"],
+                raise Mismatch("the table has shape (d_model, max_len)",
+                               [f"expected ({max_len}, {d_model}), got {tuple(got.shape)}"],
                                hint="one row per position: the result is [max_len, d_model]")
             if isinstance(got, torch.Tensor) and got.dtype == torch.float64:
                 raise Mismatch("the table has dtype torch.float64, expected torch.float32",
@@ -93,8 +92,9 @@ def sinusoidal_encoding(fn):
                                     "build the table with torch in float32 (or call .float() at the end)")
             if isinstance(got, torch.Tensor) and got.is_floating_point() and not torch.isfinite(got).all():
                 raise Mismatch("the encoding table contains inf or NaN",
-                               hint="sin and cos of a finite angle are finite: look for a division by zero or a power that "
-                                    "overflows; the exponent needs parentheses: 10000 ** (2 * i / d_model)")
+                               hint="sin and cos of a finite angle are finite: "
+                                    "look for a division by zero or a power that overflows; "
+                                    "the exponent needs parentheses: 10000 ** (2 * i / d_model)")
             expect_close(got, expected, "the encoding table", atol=atol, rtol=1e-4,
                          mistakes=_sinusoid_mistakes(max_len, d_model))
     return "5 tables, up to 300 positions"
@@ -128,10 +128,12 @@ def PositionalEmbedding(cls):
             hint = "initialise with std 0.02: torch.randn(max_len, d_model) * 0.02 (or nn.init.normal_(w, std=0.02))"
             if 0.8 <= std <= 1.2:
                 hint = "torch.randn (and nn.Embedding's default init) has std 1; multiply by 0.02"
-            raise Mismatch(f"`weight` has standard deviation {std:.3f} at initialisation, expected about 0.02", hint=hint)
+            raise Mismatch(f"`weight` has standard deviation {std:.3f} at initialisation, expected about 0.02",
+                           hint=hint)
         if abs(mean) > 0.003:
             raise Mismatch(f"`weight` has mean {mean:.4f} at initialisation, expected about 0",
-                           hint="use a normal distribution centred on 0: torch.randn(...) * 0.02 (torch.rand is uniform on [0, 1))")
+                           hint="use a normal distribution centred on 0: torch.randn(...) * 0.02 "
+                                "(torch.rand is uniform on [0, 1))")
         if w.abs().max().item() < 2.0 * std:
             raise Mismatch("the initial values look uniformly distributed, not normal",
                            [f"largest |value| {w.abs().max().item():.4f} is under 2 standard deviations"],
@@ -247,7 +249,8 @@ def _rope_mistakes(x, positions, theta):
         ("sign error: the rotation goes the wrong way; (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)",
          lambda: _rope(x, pos, theta, sign=-1.0)),
         ("you put the rotated pairs back as two halves (all first components, then all second ones); "
-         "put each pair back in place: out[..., 0::2] = ..., out[..., 1::2] = ... (or torch.stack(..., dim=-1).flatten(-2))",
+         "put each pair back in place: out[..., 0::2] = ..., out[..., 1::2] = ... "
+         "(or torch.stack(..., dim=-1).flatten(-2))",
          lambda: _rope(x, pos, theta, layout="halves")),
         ("the exponent uses i instead of 2i: pair i turns at theta ** (-2i / d)",
          lambda: _rope(x, pos, theta, exponent="i")),
@@ -258,7 +261,8 @@ def _rope_mistakes(x, positions, theta):
     ]
     if positions is not None and not torch.equal(positions, default):
         mistakes += [
-            ("the `positions` argument is ignored: rotate token t by positions[t] (use torch.arange(T) only when positions is None)",
+            ("the `positions` argument is ignored: rotate token t by positions[t] "
+             "(use torch.arange(T) only when positions is None)",
              lambda: _rope(x, default, theta)),
             ("the `positions` argument is ignored and the positions are 1-based",
              lambda: _rope(x, default + 1, theta)),
@@ -347,7 +351,8 @@ def apply_rope(fn):
                 close = torch.allclose(got.float(), expected.float(), atol=1e-4, rtol=rtol)
                 if not close and torch.allclose(got.float(), low.float(), atol=1e-4, rtol=rtol):
                     raise Mismatch(f"the angles were computed in {dtype}, which is too coarse for position × frequency",
-                                   hint="compute in float32: positions.float(), x.float(), then return result.to(x.dtype)")
+                                   hint="compute in float32: positions.float(), x.float(), "
+                                        "then return result.to(x.dtype)")
             if isinstance(got, torch.Tensor) and got.dtype != dtype and tuple(got.shape) == tuple(x.shape):
                 raise Mismatch(f"for {dtype} input the result has dtype {got.dtype}",
                                hint="compute in float32 if you like, but return the input's dtype: result.to(x.dtype)")

@@ -6,9 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    _tuple,    Mismatch, build, call, case, check, expect_close, expect_tensor, load_reference_weights,
-)
+from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights, shape_text
+from tutor.checks.harness import Mismatch, build, call, case, check
 
 __all__ = ["LayerNorm", "RMSNorm", "MLP", "SwiGLU", "TransformerBlock"]
 
@@ -103,7 +102,8 @@ def _layer_norm_mistakes(x, w, b, eps):
         mistakes.append((
             "you normalised over the wrong axis: LayerNorm normalises each vector over its features, "
             "the last axis (dim=-1)",
-            lambda: (x - x.mean(dim=-2, keepdim=True)) / torch.sqrt(x.var(dim=-2, keepdim=True, unbiased=False) + eps) * w + b))
+            lambda: (x - x.mean(dim=-2, keepdim=True))
+            / torch.sqrt(x.var(dim=-2, keepdim=True, unbiased=False) + eps) * w + b))
     return mistakes
 
 
@@ -112,7 +112,8 @@ def _rms_norm_mistakes(x, w, eps):
     mistakes = [
         ("the mean is subtracted: RMSNorm does not centre the vector (that is LayerNorm); divide x itself "
          "by torch.sqrt((x**2).mean(dim=-1, keepdim=True) + eps)",
-         lambda: (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps) * w),
+         lambda: (x - x.mean(dim=-1, keepdim=True))
+         / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps) * w),
         ("the mean is subtracted (with torch.var's unbiased variance): RMSNorm divides x itself by its "
          "root mean square, no centring",
          lambda: (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(x.var(dim=-1, keepdim=True) + eps) * w),
@@ -177,7 +178,8 @@ def _check_norm(cls, name, make_reference, mistakes_of, init):
             raise
         for param, value in init.items():
             _expect_init(start, param, value, f"{name}",
-                         hint="initialise weight with torch.ones(d_model)" + (" and bias with torch.zeros(d_model)" if "bias" in init else "")
+                         hint="initialise weight with torch.ones(d_model)"
+                         + (" and bias with torch.zeros(d_model)" if "bias" in init else "")
                          + f", so that a new {name} only normalises")
     params = dict(reference.named_parameters())
     w, b = params["weight"].detach(), params.get("bias")
@@ -285,7 +287,7 @@ def _validate_mlp(mlp, d_model, d_hidden, what, explicit):
         hint = ("d_hidden defaults to 4 * d_model: write d_hidden = d_hidden or 4 * d_model"
                 if not explicit else "use the d_hidden argument as the hidden width")
         raise Mismatch(f"{what} has a hidden width of {got[0]}, expected {d_hidden}",
-                       [f"`fc.weight` has shape {_tuple(got)}, expected {_tuple((d_hidden, d_model))}"], hint)
+                       [f"`fc.weight` has shape {shape_text(got)}, expected {shape_text((d_hidden, d_model))}"], hint)
 
 
 def _build_mlp(cls, reference, *args, **kwargs):
@@ -374,7 +376,8 @@ def MLP(cls):
             expect_tensor(got, expected, "the MLP's output in train mode")
             if torch.allclose(got, expected, atol=1e-6):
                 raise Mismatch("dropout=0.5 has no effect in train mode",
-                               hint="create self.dropout = nn.Dropout(dropout) in __init__ and apply it to the output of proj")
+                               hint="create self.dropout = nn.Dropout(dropout) in __init__ "
+                                    "and apply it to the output of proj")
             dropped = got == 0
             scaled = torch.isclose(got, 2 * expected, atol=1e-5, rtol=1e-4)
             unscaled = torch.isclose(got, expected, atol=1e-5, rtol=1e-4)
@@ -382,10 +385,12 @@ def MLP(cls):
                 raise Mismatch("dropout is not applied right after proj",
                                ["with dropout on the MLP's output, every output number is either 0 or the "
                                 "eval-mode output divided by (1 - p)"],
-                               hint="the order is fc → GELU → proj → dropout: self.dropout(self.proj(self.act(self.fc(x))))")
+                               hint="the order is fc → GELU → proj → dropout: "
+                                    "self.dropout(self.proj(self.act(self.fc(x))))")
             if not (dropped | scaled).all():
                 raise Mismatch("the numbers dropout keeps are not scaled by 1 / (1 - p)",
-                               hint="use nn.Dropout(p) (it scales the kept numbers for you) instead of a hand-made mask")
+                               hint="use nn.Dropout(p) (it scales the kept numbers for you) "
+                                    "instead of a hand-made mask")
     return "8 cases: d_hidden default, exact GELU, dropout after proj"
 
 
@@ -422,10 +427,13 @@ def _build_swiglu(cls, d_model, d_hidden):
     reference = ref.SwiGLU(d_model, d_hidden)
     m = build(cls, d_model, d_hidden)
     mine = {n: tuple(p.shape) for n, p in m.named_parameters()}
-    if d_model != d_hidden and mine.get("w2.weight") == (d_hidden, d_model) and mine.get("w3.weight") == (d_model, d_hidden):
+    if (d_model != d_hidden and mine.get("w2.weight") == (d_hidden, d_model)
+            and mine.get("w3.weight") == (d_model, d_hidden)):
         raise Mismatch(f"w2 and w3 have swapped roles in {what}",
-                       [f"`w2.weight` has shape {_tuple(mine['w2.weight'])}, expected {_tuple((d_model, d_hidden))}",
-                        f"`w3.weight` has shape {_tuple(mine['w3.weight'])}, expected {_tuple((d_hidden, d_model))}"],
+                       [f"`w2.weight` has shape {shape_text(mine['w2.weight'])}, "
+                        f"expected {shape_text((d_model, d_hidden))}",
+                        f"`w3.weight` has shape {shape_text(mine['w3.weight'])}, "
+                        f"expected {shape_text((d_hidden, d_model))}"],
                        hint="w1 and w3 both map d_model → d_hidden (w1 is the gate, inside SiLU); w2 maps "
                             "d_hidden → d_model: w2(silu(w1(x)) * w3(x))")
     load_reference_weights(m, reference, what)
@@ -467,7 +475,8 @@ def _build_block(cls, reference, *args, **kwargs):
     for prefix, ctor in SUBMODULES.items():
         if not any(n.startswith(prefix + ".") for n in mine):
             raise Mismatch(f"{label} has no sub-module `{prefix}` with parameters",
-                           [f"expected parameters such as {next(n for n, _ in reference.named_parameters() if n.startswith(prefix + '.'))}"],
+                           ["expected parameters such as "
+                            f"{next(n for n, _ in reference.named_parameters() if n.startswith(prefix + '.'))}"],
                            hint=f"create it in __init__: self.{prefix} = {ctor}")
     try:
         load_reference_weights(block, reference, label)
@@ -598,7 +607,8 @@ def TransformerBlock(cls):
             block2.eval()
             expected = reference2(x)
             got = call(block2, x.clone(), what="block(x) in eval mode")
-            expect_close(got, expected, "the block's output in eval mode", mistakes=_block_mistakes(reference2, x, None),
+            expect_close(got, expected, "the block's output in eval mode",
+                         mistakes=_block_mistakes(reference2, x, None),
                          hint="dropout must be off in eval mode: use nn.Dropout modules (they follow .eval())")
 
         with case("TransformerBlock(16, 4, dropout=0.5) in train mode"):
@@ -620,10 +630,12 @@ def TransformerBlock(cls):
                 calm = call(sub, h_in.clone(), what=f"block.{part}(x) in eval mode")
                 sub.train()
                 noisy = call(sub, h_in.clone(), what=f"block.{part}(x) in train mode")
-                if isinstance(noisy, torch.Tensor) and isinstance(calm, torch.Tensor) and torch.allclose(noisy, calm, atol=1e-6):
+                if (isinstance(noisy, torch.Tensor) and isinstance(calm, torch.Tensor)
+                        and torch.allclose(noisy, calm, atol=1e-6)):
                     raise Mismatch(f"TransformerBlock(16, 4, dropout=0.5): `{part}` has no dropout in train mode",
                                    ["the block's output changes in train mode, so some dropout is on, but not in "
-                                    f"`{part}`"], hint=f"pass the dropout argument on to every part: self.{part} = {ctor}")
+                                    f"`{part}`"],
+                                   hint=f"pass the dropout argument on to every part: self.{part} = {ctor}")
 
     # n_heads = 4 = d_model // n_heads above: a second shape, so n_heads and d_head cannot be swapped unseen
     d2, h2 = 16, 2

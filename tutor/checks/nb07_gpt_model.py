@@ -6,10 +6,9 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    error_details,
-    LearnerError, Mismatch, build, call, case, check, expect_close, load_reference_weights,
-)
+from tutor.checks.common import frequencies_close, top_k_probs
+from tutor.checks.compare import expect_close, load_reference_weights
+from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details
 
 __all__ = ["GPT", "generate"]
 
@@ -61,7 +60,8 @@ def _structure(model, config):
         hint = ("nn.Sequential passes one argument from block to block, so the mask cannot reach them: "
                 "use nn.ModuleList and loop over it in forward") if isinstance(blocks, nn.Sequential) else None
         raise Mismatch(f"`blocks` should be an nn.ModuleList, got {type(blocks).__name__}",
-                       hint=hint or "self.blocks = nn.ModuleList([TransformerBlock(...) for _ in range(config.n_layers)])")
+                       hint=hint or "self.blocks = "
+                                    "nn.ModuleList([TransformerBlock(...) for _ in range(config.n_layers)])")
     if len(blocks) != c.n_layers:
         raise Mismatch(f"your GPT has {len(blocks)} blocks, expected config.n_layers = {c.n_layers}",
                        hint="build one TransformerBlock per layer: for _ in range(config.n_layers)")
@@ -98,11 +98,13 @@ def _gpt_mistakes(ref_model, ids, mask):
     f = lambda **kw: (lambda: _forward(ref_model, ids, mask, **kw))  # noqa: E731
     mistakes = [
         ("there is no position embedding: add pos_emb(torch.arange(T)) to the token embeddings", f(pos=False)),
-        ("the final LayerNorm is missing: apply self.ln_f to the output of the last block, before the head", f(final_norm=False)),
+        ("the final LayerNorm is missing: apply self.ln_f to the output of the last block, before the head",
+         f(final_norm=False)),
         ("the logits use tok_emb.weight (weight tying); use self.head, which has its own weight", f(tied=True)),
         ("you return probabilities: forward returns the logits, the softmax comes later (in the loss or in generate)",
          f(softmax=True)),
-        ("the token embeddings are multiplied by sqrt(d_model) (as in the original Transformer); GPT adds them unscaled",
+        ("the token embeddings are multiplied by sqrt(d_model) (as in the original Transformer); "
+         "GPT adds them unscaled",
          f(scale_emb=True)),
     ]
     if mask is not None:
@@ -148,7 +150,8 @@ def _explain_forward_error(e: LearnerError, model, ids, mask, config, first_case
     if not first_case and T < config.max_len and ("size of tensor" in msg or "must match" in msg):
         return Mismatch(f"your GPT works for T = max_len = {config.max_len} but fails for T = {T}", details,
                         hint="the position embedding is not sliced to the input's length: use "
-                             "self.pos_emb(torch.arange(T, device=ids.device)) with T = ids.shape[1], not all max_len rows")
+                             "self.pos_emb(torch.arange(T, device=ids.device)) with T = ids.shape[1], "
+                             "not all max_len rows")
     if "positional argument" in msg and "forward" in msg:
         return Mismatch("your GPT's forward does not take a mask", details,
                         hint="def forward(self, ids, mask=None), and pass mask to every block: x = block(x, mask)")
@@ -186,7 +189,8 @@ def _expect_init(name, w, kind, std, n_layers):
     if kind == "ones":
         if not torch.all(w == 1):
             raise Mismatch(f"`{name}` should start at 1 (a LayerNorm weight)", [f"got mean {w.mean():.4g}"],
-                           hint="initialise LayerNorm weights to 1 and biases to 0 (your init loop may have re-drawn them)")
+                           hint="initialise LayerNorm weights to 1 and biases to 0 "
+                                "(your init loop may have re-drawn them)")
         return
     if kind == "zeros":
         if not torch.all(w == 0):
@@ -207,16 +211,19 @@ def _expect_init(name, w, kind, std, n_layers):
             if abs(got_std - 1) < 0.12:
                 hint = "nn.Embedding's default init is normal(0, 1); re-initialise it with std 0.02"
         if hint is None and residual:
-            for factor, text in [(1.0, "the residual projections are not scaled: their std is 0.02 / sqrt(2 * n_layers)"),
-                                 (1 / math.sqrt(n_layers), "you divided by sqrt(n_layers); there are 2 residual "
-                                  "additions per block, so divide by sqrt(2 * n_layers)"),
-                                 (1 / (2 * n_layers), "you divided by 2 * n_layers; divide by its square root, sqrt(2 * n_layers)"),
-                                 (1 / n_layers, "you divided by n_layers; divide by sqrt(2 * n_layers)")]:
+            for factor, text in [
+                (1.0, "the residual projections are not scaled: their std is 0.02 / sqrt(2 * n_layers)"),
+                (1 / math.sqrt(n_layers), "you divided by sqrt(n_layers); there are 2 residual "
+                 "additions per block, so divide by sqrt(2 * n_layers)"),
+                (1 / (2 * n_layers), "you divided by 2 * n_layers; divide by its square root, sqrt(2 * n_layers)"),
+                (1 / n_layers, "you divided by n_layers; divide by sqrt(2 * n_layers)"),
+            ]:
                 if abs(ratio / factor - 1) < 0.12:
                     hint = text + f" (n_layers = {n_layers}: 0.02 / sqrt({2 * n_layers}) = {std:.4g})"
                     break
         if hint is None and not residual and abs(got_std / (0.02 / math.sqrt(2 * n_layers)) - 1) < 0.12:
-            hint = "only attn.out_proj and mlp.proj get the smaller std 0.02 / sqrt(2 * n_layers); everything else uses 0.02"
+            hint = ("only attn.out_proj and mlp.proj get the smaller std 0.02 / sqrt(2 * n_layers); "
+                    "everything else uses 0.02")
         if hint is None and abs(got_std - 1) < 0.12:
             hint = "std 1 is far too large: GPT-2 draws weights from normal(0, 0.02)"
         if hint is None and name.endswith("weight") and w.dim() == 2 and not name.startswith(("tok_emb", "pos_emb")):
@@ -228,7 +235,8 @@ def _expect_init(name, w, kind, std, n_layers):
         raise Mismatch(f"`{name}` should have mean 0", details, hint="draw it from normal(0, std): mean=0.0")
     kurtosis = (((w - got_mean) / got_std) ** 4).mean().item() - 3
     if kurtosis < -0.6:
-        raise Mismatch(f"`{name}` looks uniformly distributed, not normal", details + [f"excess kurtosis {kurtosis:.2f} (normal: 0, uniform: -1.2)"],
+        raise Mismatch(f"`{name}` looks uniformly distributed, not normal",
+                       details + [f"excess kurtosis {kurtosis:.2f} (normal: 0, uniform: -1.2)"],
                        hint="use nn.init.normal_(weight, mean=0.0, std=...) rather than uniform_")
 
 
@@ -325,19 +333,22 @@ def _check_dropout(cls):
         got_eval = call(model, ids, what="model(ids) in eval mode")
         expected = reference(ids)
     expect_close(got_eval, expected, "the output in eval mode (dropout = 0.5)", atol=1e-5, rtol=1e-4,
-                 hint="dropout must switch off in eval mode: use nn.Dropout (or F.dropout(x, p, training=self.training))")
+                 hint="dropout must switch off in eval mode: "
+                      "use nn.Dropout (or F.dropout(x, p, training=self.training))")
     model.train()
     with torch.no_grad():
         got_train = call(model, ids, what="model(ids) in train mode")
     if isinstance(got_train, torch.Tensor) and got_train.shape == expected.shape:
         if torch.allclose(got_train, expected, atol=1e-5, rtol=1e-4):
             raise Mismatch("there is no dropout on the embedding sum",
-                           ["with config.dropout = 0.5 and blocks that add nothing, train mode gives the same logits as eval mode"],
+                           ["with config.dropout = 0.5 and blocks that add nothing, "
+                            "train mode gives the same logits as eval mode"],
                            hint="self.drop = nn.Dropout(config.dropout) in __init__, and "
                                 "x = self.drop(self.tok_emb(ids) + self.pos_emb(positions)) in forward")
         if (got_train == 0).float().mean() > 0.25:
             raise Mismatch("dropout is applied to the logits", ["about half of the logits are exactly 0 in train mode"],
-                           hint="apply dropout once, to the embedding sum: self.drop(tok_emb(ids) + pos_emb(positions))")
+                           hint="apply dropout once, to the embedding sum: "
+                                "self.drop(tok_emb(ids) + pos_emb(positions))")
 
 
 # --- generate -----------------------------------------------------------------------------
@@ -383,7 +394,8 @@ def _generate(fn, model, ids, n, what=None, **kw):
     try:
         out = call(fn, model, ids, n, what=label, **kw)
     except LearnerError as e:
-        if isinstance(e.error, ContextTooLong) or (isinstance(e.error, IndexError) and ids.shape[-1] + n > model.config.max_len):
+        if isinstance(e.error, ContextTooLong) or (
+                isinstance(e.error, IndexError) and ids.shape[-1] + n > model.config.max_len):
             raise Mismatch("the context is not cropped: the model received more than max_len tokens",
                            error_details(e)[:1], hint=CROP_HINT) from None
         if "probability tensor contains" in str(e.error) and kw.get("top_k") is not None:
@@ -391,7 +403,8 @@ def _generate(fn, model, ids, n, what=None, **kw):
                            error_details(e),
                            hint="keep every logit >= the k-th largest: logits.masked_fill(logits < kth, -inf) "
                                 "(with <= even the k-th largest, the maximum when k = 1, is removed)") from None
-        if "selected index k out of range" in str(e.error) or ("topk" in str(e.error).lower() and "range" in str(e.error)):
+        if ("selected index k out of range" in str(e.error)
+                or ("topk" in str(e.error).lower() and "range" in str(e.error))):
             raise Mismatch("generate fails when top_k is at least the vocabulary size", error_details(e),
                            hint="top_k >= V means: keep every token; use min(top_k, logits.shape[-1]) "
                                 "or skip the filter") from None
@@ -416,7 +429,8 @@ def _expect_ids(out, ids, n, V):
             hint = "next_id should have shape [B, 1]: torch.multinomial(probs, num_samples=1) on probs [B, V]"
         elif out.dim() == 1 or (out.dim() == 2 and out.shape[0] != B):
             hint = "concatenate along the time axis: torch.cat([ids, next_id], dim=1) with next_id of shape [B, 1]"
-        raise Mismatch("generate returned the wrong shape", [f"expected ({B}, {T0} + {n}) = ({B}, {T0 + n}), got {tuple(out.shape)}"],
+        raise Mismatch("generate returned the wrong shape",
+                       [f"expected ({B}, {T0} + {n}) = ({B}, {T0 + n}), got {tuple(out.shape)}"],
                        hint=hint)
     if out.dtype != torch.long:
         raise Mismatch(f"generate returned dtype {out.dtype}, expected torch.int64 (token ids)",
@@ -433,20 +447,6 @@ def _table(V, seed):
     return torch.randn(V, V, generator=g) * 1.5
 
 
-def _top_k_probs(logits, temperature, k):
-    """The exact next-token distribution: softmax(logits / temperature), 0 outside the top k (ties kept)."""
-    z = logits / temperature
-    if k is not None and k < z.shape[-1]:
-        kth = torch.topk(z, k).values[-1]
-        z = z.masked_fill(z < kth, float("-inf"))
-    return torch.softmax(z, dim=-1)
-
-
-def _close(freq, p, N):
-    tol = 5 * torch.sqrt(p * (1 - p) / N) + 2e-3
-    return bool(torch.all((freq - p).abs() <= tol) and torch.all(freq[p == 0] == 0))
-
-
 def _sampling_case(fn, table, prompt, temperature, top_k, N=4000):
     """Sample one token after ``prompt`` in N rows; compare the frequencies with the exact distribution."""
     V = table.shape[0]
@@ -457,8 +457,8 @@ def _sampling_case(fn, table, prompt, temperature, top_k, N=4000):
                     + ", ".join(f"{k}={v}" for k, v in kw.items()) + ")", **kw)
     freq = torch.bincount(out[:, -1], minlength=V).double() / N
     logits = table[prompt[-1]].double()
-    expected = _top_k_probs(logits, temperature, top_k)
-    if _close(freq, expected, N):
+    expected = top_k_probs(logits, temperature, top_k)
+    if frequencies_close(freq, expected, N):
         return
     top = torch.argsort(expected, descending=True)[:6].tolist()
     details = ["token:    " + " ".join(f"{t:>6d}" for t in top),
@@ -484,7 +484,8 @@ def _sampling_case(fn, table, prompt, temperature, top_k, N=4000):
                         "largest (set logits < kth to -inf; <= drops the k-th token too)")
             else:
                 hint = f"the {top_k} most likely tokens should all be sampled, in proportion to their probabilities"
-            raise Mismatch(f"only {kept_got} different tokens were sampled, expected {kept_expected}", details, hint=hint)
+            raise Mismatch(f"only {kept_got} different tokens were sampled, expected {kept_expected}", details,
+                           hint=hint)
     if kept_got == 1 and kept_expected > 1:
         raise Mismatch(f"all {N} rows got the same next token", details,
                        hint="you take the most likely token (argmax); sample from the distribution instead: "
@@ -493,11 +494,11 @@ def _sampling_case(fn, table, prompt, temperature, top_k, N=4000):
     candidates = [
         ("the temperature has no effect: divide the logits by the temperature before the softmax "
          "(dividing the probabilities by T changes nothing once they are renormalised)",
-         _top_k_probs(logits, 1.0, top_k)),
+         top_k_probs(logits, 1.0, top_k)),
         ("you multiply the logits by the temperature; divide them: softmax(logits / temperature)",
-         _top_k_probs(logits * temperature * temperature, temperature, top_k)),
+         top_k_probs(logits * temperature * temperature, temperature, top_k)),
         ("you sample from the logits of the first position; the next token comes from the last: logits[:, -1, :]",
-         _top_k_probs(first, temperature, top_k)),
+         top_k_probs(first, temperature, top_k)),
     ]
     if top_k is not None and 1 < top_k < V:
         z = logits / temperature
@@ -507,7 +508,7 @@ def _sampling_case(fn, table, prompt, temperature, top_k, N=4000):
             ("you sample uniformly among the top k tokens; sample with their softmax probabilities", kept / kept.sum()),
         ]
     for text, candidate in candidates:
-        if _close(freq, candidate, N):
+        if frequencies_close(freq, candidate, N):
             raise Mismatch("the sampled tokens do not follow the expected distribution", details, hint=text)
     raise Mismatch("the sampled tokens do not follow softmax(logits / temperature)", details,
                    hint="sample from probs = softmax(logits[:, -1, :] / temperature, dim=-1), after the top-k filter")
@@ -585,7 +586,8 @@ def _expect_same_ids(out, expected, T0, table=None, max_len=None):
         first = torch.stack([best[out[:, max(0, i - max_len)]] for i in range(T0, out.shape[1])], 1)
         new = out[:, T0:]
         if torch.equal(new, first):
-            hint = "you sample from the logits of the first position; the next token comes from the last: logits[:, -1, :]"
+            hint = ("you sample from the logits of the first position; the next token comes from the last: "
+                    "logits[:, -1, :]")
         elif not torch.equal(new, last):
             # the rank of each picked token among the logits of the previous token (0 = the most likely)
             order = table.argsort(dim=-1, descending=True).argsort(dim=-1)
@@ -617,7 +619,8 @@ def _expect_contexts(seen, out, T0, n, max_len):
             if got.shape == want.shape and torch.equal(got, sequence[:, :max_len]):
                 hint = "you keep the first max_len tokens; keep the last ones: ids[:, -model.config.max_len:]"
             elif got.shape[1] < want.shape[1]:
-                hint = (f"the model saw {got.shape[1]} token(s) but should see the last min(T, max_len) = {want.shape[1]}: "
+                hint = (f"the model saw {got.shape[1]} token(s) "
+                        f"but should see the last min(T, max_len) = {want.shape[1]}: "
                         "feed the whole cropped context, ids[:, -model.config.max_len:]")
         raise Mismatch(f"the model did not see the right context (max_len = {max_len})", details, hint=hint)
 
@@ -634,4 +637,5 @@ def _expect_modes(model, was_training):
     if model.training != was_training:
         before, after = ("train", "eval") if was_training else ("eval", "train")
         raise Mismatch(f"generate left the model in {after} mode; it was in {before} mode before",
-                       hint="remember was_training = model.training at the start and call model.train(was_training) at the end")
+                       hint="remember was_training = model.training at the start "
+                            "and call model.train(was_training) at the end")

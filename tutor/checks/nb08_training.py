@@ -9,7 +9,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tutor import reference as ref
-from tutor.checks._core import error_details, LearnerError, Mismatch, call, case, check, expect_close, first_difference
+from tutor.checks.compare import expect_close, first_difference
+from tutor.checks.harness import LearnerError, Mismatch, call, case, check, error_details
 
 __all__ = ["lm_loss", "lr_schedule", "train_step", "evaluate"]
 
@@ -79,7 +80,8 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
                    what=f"lm_loss(logits {list(logits.shape)}, targets {list(y.shape)}, ignore_index={ignore_index})")
     except LearnerError as e:
         msg = str(e.error)
-        if "Expected target size" in msg or "expected input batch_size" in msg.lower() or "only batches of spatial" in msg:
+        if ("Expected target size" in msg or "expected input batch_size" in msg.lower()
+                or "only batches of spatial" in msg):
             raise Mismatch("F.cross_entropy got the logits and targets in shapes it does not expect",
                            error_details(e), hint=LOSS_SHAPE_HINT) from None
         if isinstance(e.error, IndexError) or "out of bounds" in msg:
@@ -104,7 +106,8 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
     leaf_ref = logits.clone().requires_grad_(True)
     (expected_grad,) = torch.autograd.grad(ref.lm_loss(leaf_ref, y, ignore_index), leaf_ref)
     if grad is None:
-        raise Mismatch("the loss's gradient does not reach the logits", hint="compute the loss from `logits` with torch operations")
+        raise Mismatch("the loss's gradient does not reach the logits",
+                       hint="compute the loss from `logits` with torch operations")
     expect_close(grad, expected_grad, "the gradient of the loss with respect to the logits", atol=1e-6, rtol=1e-4)
     return got
 
@@ -112,12 +115,12 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
 @check("lm_loss")
 def lm_loss(fn):
     torch.default_generator.manual_seed(0)
-    V, I = 28, 27
+    V, ignore = 28, 27
     cases = [
-        ("names batch: logits [3, 6, 28], padded targets, ignore_index=27", 3, 6, V, I, [6, 4, 2]),
+        ("names batch: logits [3, 6, 28], padded targets, ignore_index=27", 3, 6, V, ignore, [6, 4, 2]),
         ("logits [3, 5, 28], ignore_index=0 (27 is a real target here)", 3, 5, V, 0, [5, 3, 2]),
-        ("no padding: logits [2, 5, 28]", 2, 5, V, I, [5, 5]),
-        ("T = 1: logits [4, 1, 28], one row is padding", 4, 1, V, I, [1, 1, 0, 1]),
+        ("no padding: logits [2, 5, 28]", 2, 5, V, ignore, [5, 5]),
+        ("T = 1: logits [4, 1, 28], one row is padding", 4, 1, V, ignore, [1, 1, 0, 1]),
         ("B ≠ T: logits [5, 3, 7], ignore_index=0", 5, 3, 7, 0, [3, 1, 2, 3, 1]),
         ("ignore_index=-100 (PyTorch's default): logits [2, 4, 6]", 2, 4, 6, -100, [4, 2]),
     ]
@@ -130,8 +133,8 @@ def lm_loss(fn):
             _run_loss(fn, logits, y, ign, label)
     with case("large logits (about 1000): logits [2, 4, 28]"):
         logits = torch.randn(2, 4, V) * 1000
-        y = _padded_targets(2, 4, V, I, [4, 3])
-        _run_loss(fn, logits, y, I, "large", hint=(
+        y = _padded_targets(2, 4, V, ignore, [4, 3])
+        _run_loss(fn, logits, y, ignore, "large", hint=(
             "log(softmax(x)) gives log(0) = -inf when a probability underflows: compute log-probabilities with "
             "F.log_softmax or use F.cross_entropy, which are stable"))
     return "7 cases, padding ignored, gradients match"
@@ -345,8 +348,9 @@ def _same_params(a, b, atol=1e-6, rtol=1e-5):
 
 TRAIN_STEP_MISTAKES = {
     "no zero_grad": "the gradients add up across calls: call optimizer.zero_grad() before loss.backward()",
-    "no clipping": "the gradients are not clipped before the step: call torch.nn.utils.clip_grad_norm_(model.parameters(), "
-                   "clip) after loss.backward() and before optimizer.step() (clipping after the step does nothing)",
+    "no clipping": "the gradients are not clipped before the step: "
+                   "call torch.nn.utils.clip_grad_norm_(model.parameters(), clip) "
+                   "after loss.backward() and before optimizer.step() (clipping after the step does nothing)",
     "always clips": "clip=None must mean no clipping: only call clip_grad_norm_ when clip is not None",
     "clip at 1.0": "the `clip` argument is ignored: clip the gradient norm to `clip`, not a fixed 1.0",
     "clip by value": "clip_grad_value_ clips every number on its own; the exercise asks for the global norm: "
@@ -377,7 +381,8 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
             got = call(fn, mine, (xb, yb), opt, ignore_index, what=f"train_step({args_text}), call {i + 1}", **kwargs)
         except LearnerError as e:
             if is_device_error(e.error):
-                e.hint = ("move the batch to the model's device, whatever it is: device = next(model.parameters()).device, "
+                e.hint = ("move the batch to the model's device, whatever it is: "
+                          "device = next(model.parameters()).device, "
                           "then x, y = x.to(device), y.to(device) (don't write \"cuda\" in train_step)")
             elif "out of bounds" in str(e.error) and ignore_index < 0:
                 e.hint = (f"a padding target ({ignore_index}) reached the loss: ignore the targets equal to the "
@@ -411,7 +416,8 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
         for variant in variants:
             if variant == "no zero_grad" and len(batches) < 2:
                 continue
-            sim_clip = 1.0 if variant == "always clips" else (None if variant == "no clipping" else (clip if pass_clip else 1.0))
+            sim_clip = (1.0 if variant == "always clips"
+                        else (None if variant == "no clipping" else (clip if pass_clip else 1.0)))
             sim_variant = "right" if variant in ("no clipping", "always clips") else variant
             candidate, _ = _simulate(model, batches, make_opt, ignore_index, sim_clip, sim_variant)
             if _same_params(got_p, _params(candidate)):
@@ -495,19 +501,19 @@ def _check_train_step(fn):
         raise Mismatch(f"the default of `clip` is {clip!r}; the exercise asks for 1.0",
                        hint="def train_step(model, batch, optimizer, ignore_index, clip=1.0):")
     torch.default_generator.manual_seed(0)
-    V, I = 7, 6
+    V, ignore = 7, 6
     toy = Toy(V)
-    b1 = _toy_batch(3, 5, V, [5, 3, 2], I)
-    b2 = _toy_batch(2, 4, V, [4, 1], I)
+    b1 = _toy_batch(3, 5, V, [5, 3, 2], ignore)
+    b2 = _toy_batch(2, 4, V, [4, 1], ignore)
 
     with case("one step, SGD(lr=0.1), the default clip=1.0 (the gradient norm is above 1)"):
-        _run_train_step(fn, toy, [b1], _sgd(0.1), I, None, "", pass_clip=False)
+        _run_train_step(fn, toy, [b1], _sgd(0.1), ignore, None, "", pass_clip=False)
     with case("two calls in a row, SGD(lr=0.1), clip=1.0"):
-        _run_train_step(fn, toy, [b1, b2], _sgd(0.1), I, 1.0, "")
+        _run_train_step(fn, toy, [b1, b2], _sgd(0.1), ignore, 1.0, "")
     with case("clip=None (no clipping), SGD(lr=0.1)"):
-        _run_train_step(fn, toy, [b1, b2], _sgd(0.1), I, None, "")
+        _run_train_step(fn, toy, [b1, b2], _sgd(0.1), ignore, None, "")
     with case("clip=0.25, SGD(lr=0.1)"):
-        _run_train_step(fn, toy, [b1], _sgd(0.1), I, 0.25, "")
+        _run_train_step(fn, toy, [b1], _sgd(0.1), ignore, 0.25, "")
     for other in (0, -100):  # an ignore_index that is not V - 1: the argument must be used, not derived
         with case(f"ignore_index={other} (the last class, {V - 1}, is a real target here), SGD(lr=0.1)"):
             batches = [_toy_batch(3, 5, V, [5, 3, 2], other), _toy_batch(2, 4, V, [4, 1], other)]
@@ -527,7 +533,7 @@ def _check_train_step(fn):
             model = Recorder(Toy(V, dropout=0.0))
             model.train(mode == "train")
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            call(fn, model, b1, opt, I, what="train_step(model, (x, y), optimizer, ignore_index)")
+            call(fn, model, b1, opt, ignore, what="train_step(model, (x, y), optimizer, ignore_index)")
             if model.training != (mode == "train"):
                 now = "train" if model.training else "eval"
                 raise Mismatch(f"train_step left the model in {now} mode; the caller had set {mode} mode",
@@ -583,8 +589,8 @@ def _eval_candidates(model, loader, ignore_index, max_batches):
          "use ignore_index=ignore_index", last_class),
         ("you average the batch means; divide the summed loss of all real targets by their number "
          "(batches have different numbers of real targets)", sum(means) / len(means)),
-        ("the padding targets are counted: use ignore_index", sum(a * n for a, n in zip(per_batch_all[:k], per_batch_numel[:k])) /
-         sum(per_batch_numel[:k])),
+        ("the padding targets are counted: use ignore_index",
+         sum(a * n for a, n in zip(per_batch_all[:k], per_batch_numel[:k])) / sum(per_batch_numel[:k])),
         ("the padding targets are counted: use ignore_index", sum(per_batch_all[:k]) / k),
         ("you return the summed loss; divide it by the number of real target tokens", sum(per_batch_sum[:k])),
         ("max_batches is ignored: stop after max_batches batches", total(len(per_batch_sum))),
@@ -626,17 +632,17 @@ def evaluate(fn):
 
 def _check_evaluate(fn):
     torch.default_generator.manual_seed(0)
-    V, I = 7, 6
+    V, ignore = 7, 6
     toy = Toy(V)
     # batches with very different numbers of real targets, so a mean of batch means is visibly wrong
-    loader = [_toy_batch(3, 5, V, [5, 5, 4], I), _toy_batch(2, 3, V, [1, 1], I),
-              _toy_batch(4, 6, V, [6, 2, 3, 1], I), _toy_batch(1, 2, V, [2], I)]
+    loader = [_toy_batch(3, 5, V, [5, 5, 4], ignore), _toy_batch(2, 3, V, [1, 1], ignore),
+              _toy_batch(4, 6, V, [6, 2, 3, 1], ignore), _toy_batch(1, 2, V, [2], ignore)]
     with case("4 batches of different sizes (a list of (x, y) pairs)"):
-        _run_evaluate(fn, toy, loader, I, None, "", pass_max=False)
+        _run_evaluate(fn, toy, loader, ignore, None, "", pass_max=False)
     with case("max_batches=2"):
-        _run_evaluate(fn, toy, loader, I, 2, "")
+        _run_evaluate(fn, toy, loader, ignore, 2, "")
     with case("max_batches=10, more than there are"):
-        _run_evaluate(fn, toy, loader, I, 10, "")
+        _run_evaluate(fn, toy, loader, ignore, 10, "")
     for other in (0, -100):  # an ignore_index that is not V - 1: the argument must be used, not derived
         with case(f"ignore_index={other} (the last class, {V - 1}, is a real target here)"):
             batches = [_toy_batch(3, 5, V, [5, 5, 4], other), _toy_batch(2, 3, V, [1, 1], other),
@@ -655,13 +661,14 @@ def _check_evaluate(fn):
         with case(f"the model is in {mode} mode before the call"):
             model = Recorder(Toy(V))
             model.train(mode == "train")
-            call(fn, model, loader, I, what="evaluate(model, loader, ignore_index)")
+            call(fn, model, loader, ignore, what="evaluate(model, loader, ignore_index)")
             if not model.seen:
                 raise Mismatch("evaluate never ran the model", hint="for x, y in loader: logits = model(x) ...")
             if any(s["grad"] for s in model.seen):
                 raise Mismatch("evaluate runs the model with gradients enabled",
                                ["autograd records every operation, which costs memory and time for nothing here"],
-                               hint="wrap the loop in `with torch.no_grad():` (or decorate evaluate with @torch.no_grad())")
+                               hint="wrap the loop in `with torch.no_grad():` "
+                                    "(or decorate evaluate with @torch.no_grad())")
             if any(s["training"] for s in model.seen):
                 raise Mismatch("evaluate runs the model in train mode",
                                hint="call model.eval() before the loop, so dropout is switched off")

@@ -7,10 +7,9 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
-from tutor.checks._core import (
-    LearnerError, Mismatch, build, call, case, check, error_details, expect_close, load_reference_weights,
-)
-from tutor.checks.nb07_gpt_model import _close, _top_k_probs
+from tutor.checks.common import frequencies_close, top_k_probs
+from tutor.checks.compare import expect_close, load_reference_weights
+from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details
 
 __all__ = ["KVCache", "RotaryAttention", "ModernBlock", "ModernGPT", "generate_cached"]
 
@@ -206,7 +205,8 @@ def RotaryAttention(cls):
 
             mistakes = [
                 ("the positions do not start at the cache's length: with a cache holding `start` positions, the "
-                 "new ones are torch.arange(start, start + T) with start = cache.length", lambda: chunked(offset=False)),
+                 "new ones are torch.arange(start, start + T) with start = cache.length",
+                 lambda: chunked(offset=False)),
                 ("the causal mask ignores the keys already in the cache: query i of this call sits at position "
                  "start + i, so it sees keys 0 .. start + i; use torch.ones(T, S).tril(diagonal=S - T) "
                  "(a plain tril(ones(T, S)) lets a single new query see only the first key)",
@@ -473,7 +473,8 @@ GPT_MISTAKES = [
 def _modern_structure(model, config):
     stored = getattr(model, "config", None)
     if stored is None:
-        raise Mismatch("your ModernGPT does not store its config", hint="self.config = config (generate_cached reads it)")
+        raise Mismatch("your ModernGPT does not store its config",
+                       hint="self.config = config (generate_cached reads it)")
     if stored is not config and stored != config:
         raise Mismatch("model.config is not the config you were given", [f"expected {config}", f"got      {stored}"],
                        hint="store it unchanged: self.config = config (resolve d_hidden in a local variable)")
@@ -683,7 +684,7 @@ def _expect_calls(model, T0, n, prompt=None):
     if prompt is not None and len(calls) > 1 and fed[0] == T0 and fed[1] == 1 and T0 > 0 \
             and torch.equal(calls[1]["ids"], prompt[:, -1:]) and n > 1:
         raise Mismatch("the last prompt token went through the model twice",
-                       [f"positions fed per call: {fed}", f"the second call got the last prompt token again"],
+                       [f"positions fed per call: {fed}", "the second call got the last prompt token again"],
                        hint="the prompt pass already put it in the cache (and gave the logits for the first new "
                             "token): sample first, then feed the token you just sampled")
     most = T0 + n  # the prompt, every new token but the last, and perhaps a harmless last call
@@ -699,7 +700,8 @@ def _expect_calls(model, T0, n, prompt=None):
         raise Mismatch("the calls do not share one cache", [f"positions fed per call: {fed}"],
                        hint="make one cache = KVCache(model.config.n_layers) before the loop")
     if fed[0] == 1 and T0 > 1 and fed[:T0] == [1] * T0:
-        return "note: you feed the prompt one token at a time; that is correct, but one call on the whole prompt is faster"
+        return ("note: you feed the prompt one token at a time; that is correct, "
+                "but one call on the whole prompt is faster")
     return None
 
 
@@ -779,8 +781,8 @@ def generate_cached(fn):
             kw = {"temperature": temperature} if top_k is None else {"temperature": temperature, "top_k": top_k}
             out = _cached(fn, table_model, ids, 1, **kw)
             freq = torch.bincount(out[:, -1], minlength=8).double() / N
-            expected = _top_k_probs(logits, temperature, top_k)
-            if _close(freq, expected, N):
+            expected = top_k_probs(logits, temperature, top_k)
+            if frequencies_close(freq, expected, N):
                 continue
             details = [f"expected {[round(p, 3) for p in expected.tolist()]}",
                        f"got      {[round(p, 3) for p in freq.tolist()]}"]
@@ -788,7 +790,7 @@ def generate_cached(fn):
                 hint = "you take the most likely token (argmax); sample: torch.multinomial(probs, num_samples=1)"
             elif top_k is not None and ((expected == 0) & (freq > 0)).any():
                 hint = "top_k is ignored: set the logits below the k-th largest to -inf before the softmax"
-            elif _close(freq, _top_k_probs(logits, 1.0, top_k), N):
+            elif frequencies_close(freq, top_k_probs(logits, 1.0, top_k), N):
                 hint = "the temperature has no effect: divide the logits by it before the softmax"
             else:
                 hint = "sample from softmax(logits[:, -1, :] / temperature) after the top-k filter, as generate does"

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
-from tutor.checks._core import LearnerError, Mismatch, NotDone, call, case, check
+from tutor.checks.harness import LearnerError, Mismatch, NotDone, call, case, check
 from tutor.distributed import NoProcessGroup, learner_where, run_in_group, start_method
 
 __all__ = ["get_batch", "flops_per_token", "average_gradients"]

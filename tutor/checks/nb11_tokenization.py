@@ -5,8 +5,9 @@ import math
 
 import torch
 
-from tutor.checks._core import LearnerError, Mismatch, NotDone, call, case, check, error_details, expect_equal
-from tutor.reference import tokenizer as ref
+from tutor.checks.compare import expect_equal
+from tutor.checks.harness import LearnerError, Mismatch, NotDone, call, case, check, error_details
+from tutor.reference import bpe as ref
 
 __all__ = ["count_pairs", "merge_pair", "train_bpe", "BPETokenizer", "bits_per_byte"]
 
@@ -20,7 +21,8 @@ def _ids_list(got, what):
         raise Mismatch(f"{what} returned a tensor; it should return a list of ints", hint="build a Python list")
     if not isinstance(got, list):
         raise Mismatch(f"{what} returned {type(got).__name__}; it should return a list of ints",
-                       hint="return a list, e.g. `merged = []` ... `return merged`" if isinstance(got, (tuple, str)) else None)
+                       hint=("return a list, e.g. `merged = []` ... `return merged`"
+                             if isinstance(got, (tuple, str)) else None))
     return got
 
 
@@ -70,7 +72,8 @@ def count_pairs(fn):
             if got == {pair: 1 for pair in expected}:
                 raise Mismatch("every pair is counted once, not as often as it occurs",
                                [f"expected {expected}", f"got      {got}"],
-                               hint="add 1 to the pair's count each time you see it: counts[pair] = counts.get(pair, 0) + 1")
+                               hint="add 1 to the pair's count each time you see it: "
+                                    "counts[pair] = counts.get(pair, 0) + 1")
             if len(ids) > 1 and got == ref.count_pairs(ids + ids[:1]):
                 raise Mismatch("a pair from the last id back to the first is counted",
                                [f"expected {expected}", f"got      {got}"],
@@ -85,7 +88,8 @@ def count_pairs(fn):
         if got is not counts:
             raise Mismatch("with `counts` given, count_pairs must add to that dict in place and return it",
                            [f"returned {dict(got) if isinstance(got, dict) else got!r}", f"counts is now {counts}"],
-                           hint="only create a new dict when counts is None; otherwise update the one given and return it")
+                           hint="only create a new dict when counts is None; "
+                                "otherwise update the one given and return it")
         if counts != {(1, 2): 6, (9, 9): 1, (2, 3): 1}:
             raise Mismatch("with `counts` given, the pairs must be added to the counts already there",
                            ["expected {(1, 2): 6, (9, 9): 1, (2, 3): 1}", f"got      {counts}"],
@@ -166,8 +170,8 @@ def merge_pair(fn):
                 raise Mismatch("the second id of each pair is kept after new_id", details,
                                hint="skip both ids of the pair after a merge: append new_id, then i += 2")
             if len(got) > len(ids):
-                raise Mismatch("the result is longer than the input: the pair's ids are kept as well as new_id", details,
-                               hint="append new_id instead of the two ids of the pair, and skip both (i += 2)")
+                raise Mismatch("the result is longer than the input: the pair's ids are kept as well as new_id",
+                               details, hint="append new_id instead of the two ids of the pair, and skip both (i += 2)")
             if ids and got == expected[:-1]:
                 raise Mismatch("the last id is missing", details,
                                hint="after the loop, an id left at the end still belongs to the result: "
@@ -217,7 +221,8 @@ def _diagnose_merge(text, special_tokens, merges, k, got_pair, expected_pair, go
         return ("the spaces were dropped: GPT-2's pre-tokens keep the space before a word (' the'); split with "
                 "the pattern, regex.findall(GPT2_PATTERN, text), not with str.split()")
     if got_pair not in counts:
-        if any(s.encode()[i:i + 2] == merged[:2] or merged in s.encode() for s in special_tokens for i in range(len(s))):
+        if any(s.encode()[i:i + 2] == merged[:2] or merged in s.encode()
+               for s in special_tokens for i in range(len(s))):
             return ("a special token was counted and merged: split the text on the special tokens first and "
                     "count nothing inside them (or across them)")
         pieces = [p for p, special in ref.split_on_special(text, special_tokens) if not special]
@@ -234,7 +239,8 @@ def _diagnose_merge(text, special_tokens, merges, k, got_pair, expected_pair, go
         tied = [p for p in counts if counts[p] == counts[expected_pair]]
         if got_pair == min(tied):
             return ("a tie was broken the wrong way: among the most frequent pairs take the lexicographically "
-                    "greater one, compared as (bytes, bytes): max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))")
+                    "greater one, compared as (bytes, bytes): "
+                    "max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))")
         if got_pair == max(tied, key=lambda p: (by_bytes[p[0]], by_bytes[p[1]])):
             return ("a tie was broken by comparing ids: compare the pairs' bytes, (vocab[a], vocab[b]), "
                     "not their ids")
@@ -257,7 +263,8 @@ def _expect_train_result(got, text, vocab_size, special_tokens, label):
         raise Mismatch(f"vocab should be a dict {{id: bytes}}, got {type(vocab).__name__}")
     if not isinstance(merges, list):
         raise Mismatch(f"merges should be a list of (bytes, bytes) pairs, got {type(merges).__name__}",
-                       hint="merges.append((vocab[a], vocab[b])) after each merge" if isinstance(merges, dict) else None)
+                       hint=("merges.append((vocab[a], vocab[b])) after each merge"
+                             if isinstance(merges, dict) else None))
     odd = next((m for m in merges if not (isinstance(m, tuple) and len(m) == 2
                                           and all(isinstance(x, bytes) for x in m))), None)
     if odd is not None:
@@ -267,15 +274,18 @@ def _expect_train_result(got, text, vocab_size, special_tokens, label):
     odd = next((v for v in vocab.values() if not isinstance(v, bytes)), None)
     if odd is not None:
         raise Mismatch(f"vocab's values should be bytes, got a {type(odd).__name__}: {odd!r:.30}",
-                       hint="bytes([i]) for the single bytes, vocab[a] + vocab[b] for a merge, token.encode('utf-8') for a special token")
+                       hint="bytes([i]) for the single bytes, vocab[a] + vocab[b] for a merge, "
+                            "token.encode('utf-8') for a special token")
     specials = [s.encode() for s in special_tokens]
     if specials and any(vocab.get(i) == s for i, s in enumerate(specials)) and vocab.get(0) != b"\x00":
         raise Mismatch("the special tokens were given the first ids",
                        [f"vocab[0] = {vocab.get(0)!r}"],
-                       hint="ids 0-255 are the single bytes (id = byte value), then the merges, then the special tokens")
+                       hint="ids 0-255 are the single bytes (id = byte value), then the merges, "
+                            "then the special tokens")
     wrong_byte = next((i for i in range(256) if vocab.get(i) != bytes([i])), None)
     if wrong_byte is not None:
-        raise Mismatch(f"vocab[{wrong_byte}] should be the single byte {bytes([wrong_byte])!r}, got {vocab.get(wrong_byte)!r}",
+        raise Mismatch(f"vocab[{wrong_byte}] should be the single byte {bytes([wrong_byte])!r}, "
+                       f"got {vocab.get(wrong_byte)!r}",
                        hint="start from vocab = {i: bytes([i]) for i in range(256)}")
     if len(vocab) != len(expected_vocab):
         diff = len(vocab) - len(expected_vocab)
@@ -292,12 +302,14 @@ def _expect_train_result(got, text, vocab_size, special_tokens, label):
             early = [vocab.get(i) for i in range(256, 256 + len(specials))]
             hint = ("the special tokens come last, after the merges"
                     if early == specials else "each special token gets one id after the merges, in the order given")
-            raise Mismatch("the special tokens do not have the last ids", [f"expected {specials} at the end, got {tail}"], hint)
+            raise Mismatch("the special tokens do not have the last ids",
+                           [f"expected {specials} at the end, got {tail}"], hint)
     for k, (got_pair, expected_pair) in enumerate(zip(merges, expected_merges)):
         if got_pair != expected_pair:
             hint = _diagnose_merge(text, special_tokens, expected_merges, k, got_pair, expected_pair, merges)
             raise Mismatch(f"merge {k} (id {256 + k}) is wrong",
-                           [f"expected {expected_pair!r}, got {got_pair!r}", f"merges before it: {expected_merges[:k][-6:]}"],
+                           [f"expected {expected_pair!r}, got {got_pair!r}",
+                            f"merges before it: {expected_merges[:k][-6:]}"],
                            hint)
     for i in range(256, 256 + n_merges):
         a, b = merges[i - 256]
@@ -514,7 +526,8 @@ def bits_per_byte(fn):
     ln2 = math.log(2)
     cases = [(1.8, 100, 100), (2.0, 50, 200), (torch.tensor(3.2), 300, 1000), (0.693, 7, 3), (math.log(2), 10, 10)]
     for loss, n_tokens, n_bytes in cases:
-        shown = f"bits_per_byte({float(loss):g}{' (a 0-d tensor)' if isinstance(loss, torch.Tensor) else ''}, {n_tokens}, {n_bytes})"
+        kind = " (a 0-d tensor)" if isinstance(loss, torch.Tensor) else ""
+        shown = f"bits_per_byte({float(loss):g}{kind}, {n_tokens}, {n_bytes})"
         with case(shown):
             try:
                 got = call(fn, loss, n_tokens, n_bytes, what=shown)

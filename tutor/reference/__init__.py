@@ -1,22 +1,71 @@
 """Model answers for every exercise, one module per concept, in the order of the course.
 
 Every notebook imports what earlier notebooks taught from here, so it can be opened fresh.
+
+| module | notebook | what is in it |
+|---|---|---|
+| ``characters`` | 01 | the alphabet, ``encode``, ``decode``, ``one_hot`` |
+| ``attention`` | 01-04, 09 | from dot-product attention to multi-head attention; rotary attention, ``KVCache`` |
+| ``positional`` | 05 | sinusoidal, learned and rotary (RoPE) position encodings |
+| ``layers`` | 06, 09 | ``LayerNorm``, ``RMSNorm``, ``MLP``, ``SwiGLU``, the transformer blocks |
+| ``model`` | 07, 09 | ``GPT``, ``generate``; ``ModernGPT``, ``generate_cached`` |
+| ``training`` | 08 | the loss, the learning-rate schedule, one training step, evaluation |
+| ``scaling_up`` | 10 | ``get_batch``, ``flops_per_token``, ``average_gradients`` |
+| ``bpe`` | 11 | byte-level byte-pair encoding: ``train_bpe``, ``BPETokenizer``, ``bits_per_byte`` |
 """
 
-from tutor.reference.tokens import (  # noqa: F401
-    alphabet, stoi, itos, vocab_size, PAD_X, PAD_Y, encode, decode, one_hot,
-)
+from tutor.deprecation import forwarder as _forwarder  # private: not a model answer
 from tutor.reference.attention import (  # noqa: F401
-    similarity, softmax, dot_product_attention, scaled_dot_product_attention, AttentionHead,
-    causal_mask, padding_mask, split_heads, merge_heads, MultiHeadAttention,
-    KVCache, RotaryAttention,
+    AttentionHead,
+    KVCache,
+    MultiHeadAttention,
+    RotaryAttention,
+    causal_mask,
+    dot_product_attention,
+    merge_heads,
+    padding_mask,
+    scaled_dot_product_attention,
+    similarity,
+    softmax,
+    split_heads,
 )
-from tutor.reference.positional import sinusoidal_encoding, PositionalEmbedding, apply_rope  # noqa: F401
-from tutor.reference.layers import LayerNorm, RMSNorm, MLP, SwiGLU, TransformerBlock, ModernBlock  # noqa: F401
-from tutor.reference.model import GPTConfig, GPT, generate  # noqa: F401
-from tutor.reference.model import ModernConfig, ModernGPT, generate_cached, swiglu_hidden  # noqa: F401
-from tutor.reference.training import lm_loss, lr_schedule, train_step, evaluate  # noqa: F401
-from tutor.reference.scaling import get_batch, flops_per_token, average_gradients  # noqa: F401
-from tutor.reference.tokenizer import (  # noqa: F401
-    count_pairs, merge_pair, train_bpe, train_bpe_naive, BPETokenizer, bits_per_byte, GPT2_PATTERN,
+from tutor.reference.bpe import (  # noqa: F401
+    GPT2_PATTERN,
+    BPETokenizer,
+    bits_per_byte,
+    count_pairs,
+    merge_pair,
+    train_bpe,
+    train_bpe_naive,
 )
+from tutor.reference.characters import (  # noqa: F401
+    PAD_X,
+    PAD_Y,
+    alphabet,
+    decode,
+    encode,
+    itos,
+    one_hot,
+    stoi,
+    vocab_size,
+)
+from tutor.reference.layers import MLP, LayerNorm, ModernBlock, RMSNorm, SwiGLU, TransformerBlock  # noqa: F401
+from tutor.reference.model import (  # noqa: F401
+    GPT,
+    GPTConfig,
+    ModernConfig,
+    ModernGPT,
+    generate,
+    generate_cached,
+    swiglu_hidden,
+)
+from tutor.reference.positional import PositionalEmbedding, apply_rope, sinusoidal_encoding  # noqa: F401
+from tutor.reference.scaling_up import average_gradients, flops_per_token, get_batch  # noqa: F401
+from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step  # noqa: F401
+
+# The modules' old names (``tutor.reference.tokens`` ...), for one release.
+__getattr__ = _forwarder(__name__, {
+    "tokens": "tutor.reference:characters",
+    "tokenizer": "tutor.reference:bpe",
+    "scaling": "tutor.reference:scaling_up",
+})

@@ -8,7 +8,6 @@ import torch.nn as nn
 
 from tutor.reference.positional import apply_rope
 
-
 # --- 01: dot-product attention on "laika" ---------------------------------------------
 
 

@@ -1,33 +1,8 @@
-"""Characters as numbers: the alphabet, encode, decode and one-hot vectors (notebook 01)."""
+"""Moved: notebook 01's characters (the alphabet, encode, decode, one_hot) are now ``tutor.reference.characters``.
+This old path keeps working, with a ``TutorDeprecationWarning``, until the next release of the course."""
 
-import string
+from tutor.deprecation import warn_moved
 
-import torch
+warn_moved("tutor.reference.tokens", "tutor.reference.characters")
 
-LETTERS = string.ascii_lowercase
-# ' ' (index 0) marks start, end and input padding; '.' (last index) pads targets.
-alphabet = [" "] + sorted(LETTERS) + ["."]
-stoi = {ch: i for i, ch in enumerate(alphabet)}
-itos = {i: ch for ch, i in stoi.items()}
-vocab_size = len(alphabet)  # 28
-PAD_X = stoi[" "]  # padding of inputs, and the start/end token
-PAD_Y = stoi["."]  # padding of targets: the ignore_index of the loss
-
-
-def encode(name: str) -> list[int]:
-    """'laika' -> [12, 1, 9, 11, 1]. Upper case is lowercased first."""
-    return [stoi[ch] for ch in name.lower()]
-
-
-def decode(ids) -> str:
-    """[12, 1, 9, 11, 1] -> 'laika'. Accepts a list of ints or a 1-D tensor."""
-    if isinstance(ids, torch.Tensor):
-        ids = ids.tolist()
-    return "".join(itos[int(i)] for i in ids)
-
-
-def one_hot(ids: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """LongTensor [..., T] -> float32 [..., T, num_classes] with a single 1 per row."""
-    out = torch.zeros(*ids.shape, num_classes, device=ids.device)
-    out.scatter_(-1, ids.unsqueeze(-1), 1.0)
-    return out
+from tutor.reference.characters import *  # noqa: E402,F403

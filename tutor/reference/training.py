@@ -1,6 +1,6 @@
 """The loss, the learning-rate schedule, one training step and evaluation: the four exercises of
 notebook 08, as a good learner would write them. The training engine that runs them (the loop,
-presets, fused kernels, checkpoints) lives in ``tutor.trainer``."""
+presets, fused kernels, checkpoints) lives in ``tutor.train``."""
 
 import math
 

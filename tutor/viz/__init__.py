@@ -1,25 +1,43 @@
 """Plots and widgets, one module per notebook topic. Every figure has a title and labelled axes;
-every widget displays with a static picture for GitHub, nbviewer and headless runs."""
+every widget displays with a static picture for GitHub, nbviewer and headless runs.
 
-from tutor.viz.core import WithFallback, figure_png, heatmap, interactive  # noqa: F401
-from tutor.viz.attention import (  # noqa: F401  (01-02)
-    dot_product_variance, similarity_and_attention, soft_lookup, soft_lookup_explorer, softmax_bars, softmax_explorer,
-    softmax_saturation, word_explorer,
-)
-from tutor.viz.masking import (  # noqa: F401  (03)
-    attention_with_future, batch_masks, leak_explorer, leak_plot, mask_heatmap, output_changes,
-)
-from tutor.viz.heads import head_explorer, head_patterns, mha_diagram, split_picture  # noqa: F401  (04)
-from tutor.viz.positional import (  # noqa: F401  (05)
-    encoding_heatmap, offset_curves, position_similarity, position_similarity_explorer, rope_pair_rotation,
-    sinusoid_waves,
-)
-from tutor.viz.blocks import (  # noqa: F401  (06)
-    activation_functions, block_diagrams, depth_explorer, depth_figure, normalisation_bars, precision_picture,
-)
-from tutor.viz.model import (  # noqa: F401  (07)
-    architecture_diagram, residual_growth, sampling_distribution, sampling_explorer, temperature_bars,
-)
-from tutor.viz import training  # noqa: F401,E402  (08: live loss plot, samples, attention of the trained model)
-from tutor.viz import modern  # noqa: F401,E402  (09: the KV cache, generation speed, two training runs)
-from tutor.viz import tokens  # noqa: F401,E402  (11: text coloured by token, merges, compression, bits per byte)
+``tutor.viz`` itself holds only the helpers every notebook uses (``heatmap``, ``interactive``, ``figure_png``,
+``WithFallback``, from ``core``); a picture is imported from its topic module, e.g.
+``from tutor.viz.masking import mask_heatmap``.
+
+| module | notebook | pictures |
+|---|---|---|
+| ``attention`` | 01-02 | softmax, similarity and attention, the soft lookup, the variance of dot products |
+| ``masking`` | 03 | masks, attention that sees the future, leaks |
+| ``heads`` | 04 | the multi-head diagram, splitting, the patterns of every head |
+| ``positional`` | 05 | sinusoids, the encoding table, position similarity, RoPE |
+| ``blocks`` | 06 | block layouts, normalisation, activations, precision, depth |
+| ``model`` | 07 | the architecture, the residual stream, sampling with temperature and top-k |
+| ``training`` | 08, 10 | the schedule, live loss curves, padding and packing, samples, attention |
+| ``modern`` | 09 | the KV cache, generation speed, two training runs |
+| ``bpe`` | 11 | text coloured by token, merges, compression, bits per byte |
+"""
+
+from tutor.deprecation import forwarder as _forwarder
+from tutor.viz import attention, blocks, bpe, heads, masking, model, modern, positional, training
+from tutor.viz.core import WithFallback, figure_png, heatmap, interactive
+
+__all__ = ["heatmap", "interactive", "figure_png", "WithFallback", "core",
+           "attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe"]
+
+# The old names, for one release: pictures of notebooks 01-07 were exported here, and ``viz.tokens`` is ``viz.bpe``.
+_MOVED = {
+    "tokens": "tutor.viz:bpe",
+    **dict.fromkeys(["dot_product_variance", "similarity_and_attention", "soft_lookup", "soft_lookup_explorer",
+                     "softmax_bars", "softmax_explorer", "softmax_saturation", "word_explorer"], "tutor.viz.attention"),
+    **dict.fromkeys(["attention_with_future", "batch_masks", "leak_explorer", "leak_plot", "mask_heatmap",
+                     "output_changes"], "tutor.viz.masking"),
+    **dict.fromkeys(["head_explorer", "head_patterns", "mha_diagram", "split_picture"], "tutor.viz.heads"),
+    **dict.fromkeys(["encoding_heatmap", "offset_curves", "position_similarity", "position_similarity_explorer",
+                     "rope_pair_rotation", "sinusoid_waves"], "tutor.viz.positional"),
+    **dict.fromkeys(["activation_functions", "block_diagrams", "depth_explorer", "depth_figure", "normalisation_bars",
+                     "precision_picture"], "tutor.viz.blocks"),
+    **dict.fromkeys(["architecture_diagram", "residual_growth", "sampling_distribution", "sampling_explorer",
+                     "temperature_bars"], "tutor.viz.model"),
+}
+__getattr__ = _forwarder(__name__, _MOVED)

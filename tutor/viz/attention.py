@@ -3,6 +3,7 @@ soft lookup of queries, keys and values, and why attention scores are scaled by 
 
 import math
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 
@@ -31,8 +32,6 @@ def similarity_and_attention(word: str, *, scale: bool = False):
 
 def word_explorer(word: str = "laika"):
     """Type a word and see its similarity and attention matrices (static picture of ``word`` as fallback)."""
-    import ipywidgets as widgets
-
     text = widgets.Text(value=word, description="word:", continuous_update=False)
     return interactive(lambda word: similarity_and_attention(word), {"word": word}, word=text)
 
@@ -72,8 +71,6 @@ def softmax_bars(scores, labels=None, scale: float = 1.0):
 def softmax_explorer(scores, labels=None, scale: float = 1.0):
     """A slider that multiplies ``scores`` before the softmax: small scales flatten the weights,
     large ones push all the weight onto the largest score (static picture at ``scale`` as fallback)."""
-    import ipywidgets as widgets
-
     slider = widgets.FloatLogSlider(value=scale, base=10, min=-1, max=1.5, step=0.05, description="scale:")
     return interactive(lambda scale: softmax_bars(scores, labels, scale), {"scale": scale}, scale=slider)
 
@@ -144,8 +141,6 @@ def soft_lookup(query, keys, values, key_labels, *, title: str = "a soft diction
 def soft_lookup_explorer(query, keys, values, key_labels):
     """Sliders for the query's direction (degrees) and length: a short query averages the values,
     a long one picks the best-matching key (static picture of ``query``, rounded to the sliders)."""
-    import ipywidgets as widgets
-
     q = torch.as_tensor(query, dtype=torch.float32).flatten()
     angle0 = int(5 * round(math.degrees(math.atan2(float(q[1]), float(q[0]))) / 5))
     length0 = max(0.1, round(float(q.norm()), 1))

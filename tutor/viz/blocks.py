@@ -4,6 +4,7 @@ pre-norm, post-norm and the normalised-stream bug do to a deep stack of blocks."
 import functools
 import math
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
@@ -132,8 +133,6 @@ def depth_figure(n_layers=24, placements=("pre-norm", "post-norm", "normalised s
 
 def depth_explorer(n_layers=24):
     """A slider for the depth of the stack (static picture of ``n_layers`` layers as fallback)."""
-    import ipywidgets as widgets
-
     slider = widgets.IntSlider(value=n_layers, min=2, max=48, step=2, description="layers:",
                                continuous_update=False)
     return interactive(lambda n_layers: depth_figure(n_layers), {"n_layers": n_layers}, n_layers=slider)

@@ -2,8 +2,10 @@
 
 import io
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
+from IPython.display import Image, clear_output, display
 
 
 def _labels(tokens, n):
@@ -19,7 +21,10 @@ def heatmap(matrix, row_tokens=None, col_tokens=None, *, title="", xlabel="key",
 
     ``annotate`` defaults to True for matrices up to 12x12.
     """
-    m = matrix.detach().float().cpu() if isinstance(matrix, torch.Tensor) else torch.as_tensor(matrix, dtype=torch.float32)
+    if isinstance(matrix, torch.Tensor):
+        m = matrix.detach().float().cpu()
+    else:
+        m = torch.as_tensor(matrix, dtype=torch.float32)
     assert m.dim() == 2, f"heatmap needs a 2-D matrix, got shape {tuple(m.shape)}"
     rows, cols = m.shape
     if ax is None:
@@ -130,12 +135,6 @@ def interactive(draw, static_kwargs: dict | None = None, **controls):
     if static_kwargs is None:
         static_kwargs = {name: control.value for name, control in controls.items()}
     png = figure_png(draw(**static_kwargs))
-    try:
-        import ipywidgets as widgets
-        from IPython.display import Image, clear_output, display
-    except ImportError:  # pragma: no cover
-        return WithFallback(None, png)
-
     for control in controls.values():
         if hasattr(control, "style") and hasattr(control.style, "description_width"):
             control.style.description_width = "initial"  # "temperature", not "temperat…"

@@ -1,5 +1,6 @@
 """Pictures for notebook 04: how the width is split into heads, and what each head attends to."""
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import FancyArrowPatch, Rectangle
@@ -37,7 +38,7 @@ def mha_diagram(n_heads: int = 4, T: int = 5, d_model: int = 8):
     y = 1.2
     grid(0.1, y, d_model, lambda c: "#bbbbbb", f"x  [T={T}, C={d_model}]")
     arrow(2.45, y + 0.6, 3.05, y + 0.6, "q_proj\nk_proj\nv_proj")
-    grid(3.1, y, d_model, lambda c: _colour(c // d_head), f"q, k, v  [T, C]\ncolours = heads")
+    grid(3.1, y, d_model, lambda c: _colour(c // d_head), "q, k, v  [T, C]\ncolours = heads")
     arrow(5.45, y + 0.6, 6.0, y + 0.6, "split")
     for h in range(n_heads):
         yy = 3.0 - h * (3.3 / n_heads)
@@ -111,8 +112,6 @@ def head_explorer(weights_of, name: str = "laika", n_heads: int = 4, titles=None
 
     The static fallback shows every head for ``name``.
     """
-    import ipywidgets as widgets
-
     def draw(name, head):
         name = "".join(ch for ch in name.lower() if ch.isalpha())[:14] or "a"
         weights, tokens = weights_of(name)

@@ -1,5 +1,6 @@
 """Pictures for notebook 03: the future a causal mask hides, what leaks without it, padding masks."""
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import Rectangle
@@ -113,8 +114,6 @@ def leak_plot(name: str = "laika", position: int = 2, letter: str = "z", attenti
 
 def leak_explorer(name: str = "laika", attention=None, position: int = 2, letter: str = "z"):
     """Widget: pick a position of ``name`` and a new letter; see which outputs move, without and with a mask."""
-    import ipywidgets as widgets
-
     name = _clean(name)
     pos = widgets.IntSlider(value=position, min=0, max=len(name) - 1, description="position:",
                             continuous_update=False)

@@ -1,11 +1,12 @@
 """Pictures for notebook 07: the GPT's architecture, the residual stream at init, and sampling."""
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import FancyBboxPatch
 
+from tutor.reference import GPTConfig
 from tutor.viz.core import interactive
-
 
 # --- the architecture ------------------------------------------------------------------------
 
@@ -13,8 +14,6 @@ from tutor.viz.core import interactive
 def architecture_diagram(config=None):
     """The GPT from ids to logits, one box per module, with the shapes of ``config``."""
     if config is None:
-        from tutor.reference import GPTConfig
-
         config = GPTConfig()
     V, M, d, L = config.vocab_size, config.max_len, config.d_model, config.n_layers
     fig, ax = plt.subplots(figsize=(7.5, 6.6))
@@ -140,8 +139,6 @@ def temperature_bars(logits, temperatures=(0.5, 1.0, 2.0), tokens=None, top_k=No
 
 def sampling_explorer(logits, tokens=None, temperature=1.0, top_k=None):
     """Sliders for the temperature and top_k; a static picture at ``temperature``/``top_k`` as fallback."""
-    import ipywidgets as widgets
-
     n = torch.as_tensor(logits).shape[-1]
     k0 = n if top_k is None else min(top_k, n)
     t_slider = widgets.FloatLogSlider(value=temperature, base=10, min=-1, max=1, step=0.05,

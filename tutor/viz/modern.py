@@ -1,6 +1,7 @@
 """Pictures of notebook 09: RoPE's relative scores, the key/value cache filling up, generation speed
 with and without the cache, and two training runs side by side."""
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import ListedColormap
@@ -48,8 +49,6 @@ def cache_filling(step: int = 7, T: int = 12):
 
 def cache_explorer(step: int = 7, T: int = 12):
     """``cache_filling`` with a slider for the step (static picture: ``step``)."""
-    import ipywidgets as widgets
-
     return interactive(lambda step: cache_filling(step, T),
                        step=widgets.IntSlider(value=step, min=0, max=T - 1, description="step"))
 
@@ -86,7 +85,7 @@ def generation_speed(lengths, without_ms, with_ms, title="Time to produce one ne
 
 def compare_runs(histories: dict, baselines: dict | None = None,
                  title="Validation loss: GPT-2-style GPT vs modern GPT (same steps, same batches)"):
-    """The validation curves of several ``History`` objects (``tutor.trainer.fit``) in one plot."""
+    """The validation curves of several ``History`` objects (``tutor.train.fit``) in one plot."""
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for (label, history), colour in zip(histories.items(), ["tab:red", "tab:blue", "tab:green"]):
         ax.plot(history.val_steps, history.val_loss, "o-", color=colour, markersize=3,

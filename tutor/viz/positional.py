@@ -2,6 +2,7 @@
 
 import math
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 
@@ -59,8 +60,6 @@ def position_similarity(pe, p, q=None):
 
 def position_similarity_explorer(pe, p=20, q=25):
     """Sliders for p and q: the dot product PE[p] · PE[q] against q (static picture of p, q as fallback)."""
-    import ipywidgets as widgets
-
     n = pe.shape[0] - 1
     p_slider = widgets.IntSlider(value=p, min=0, max=n, description="p")
     q_slider = widgets.IntSlider(value=q, min=0, max=n, description="q")

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import math
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
+from IPython import get_ipython
+from IPython.display import display
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 
 from tutor import reference as ref
+from tutor.data import PAD_Y, name_starts, padding_fraction, same_name_mask
+from tutor.train import sample_names
 from tutor.viz.core import grid_for, heatmap, interactive
 
-LETTERS = [" "] + [chr(ord("a") + i) for i in range(26)]
+LETTERS = ref.alphabet[:-1]  # ' ' (a name's start and end) and a-z: the alphabet without the target padding '.'
 
 
 # --- the data and the baseline -------------------------------------------------------------------
@@ -34,8 +41,6 @@ def bigram_counts(model, title="bigram counts: how often the column letter follo
 def _typical_batch(loader, n_batches):
     """Of ``loader``'s first ``n_batches`` batches, the ``(x, y)`` whose share of padding is closest to the share
     over all of them (which is returned too): a batch the picture can show as typical."""
-    from tutor.data import PAD_Y, padding_fraction
-
     batches = [batch for batch, _ in zip(loader, range(n_batches))]
     share = padding_fraction(batches)
     typical = min(batches, key=lambda b: abs((b[1] == PAD_Y).float().mean().item() - share))
@@ -48,11 +53,6 @@ def padding_picture(plain_loader, packed_loader, rows=32, n_batches=100,
     packed row, its names in alternating shades), padding (computed, then ignored by the loss), and white where
     the batch ends. Each panel's title gives the share of padding over ``n_batches`` batches; the batch shown is
     the one whose own share is closest to it. Also works with a sortish loader as the second one."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
-    from tutor.data import PAD_Y, name_starts
-
     panels = [("plain shuffled batches", plain_loader), ("packed batches", packed_loader)]
     typical = [_typical_batch(loader, n_batches) for _, loader in panels]
     width = max(y.shape[1] for (_, y), _ in typical)
@@ -86,12 +86,9 @@ def padding_picture(plain_loader, packed_loader, rows=32, n_batches=100,
 def packed_mask_picture(x, title="one packed row: which positions each position may attend to"):
     """The attention mask of one packed row ``x [T]``: ``same_name_mask`` AND the causal mask, with the row's
     characters on both axes (``' '`` drawn as ␣). Each name is a triangle of its own."""
-    from tutor.data import same_name_mask
-    from tutor.reference.tokens import decode
-
     T = x.shape[-1]
     mask = same_name_mask(x.unsqueeze(0))[0] & torch.ones(T, T, dtype=torch.bool).tril()
-    labels = list(decode(x).replace(" ", "␣"))
+    labels = list(ref.decode(x).replace(" ", "␣"))
     fig, ax = plt.subplots(figsize=(4.6, 4.6))
     ax.imshow(mask.numpy(), cmap="Blues", vmin=0, vmax=1.3, interpolation="nearest")
     ax.set_xticks(range(T), labels)
@@ -169,14 +166,8 @@ class LivePlot:
         self.baselines = baselines
         self.title = title
         self.handle = None
-        try:
-            from IPython import get_ipython
-            from IPython.display import display
-
-            if get_ipython() is not None:
-                self.handle = display(_Placeholder(), display_id=True)
-        except ImportError:  # pragma: no cover
-            self.handle = None
+        if get_ipython() is not None:
+            self.handle = display(_Placeholder(), display_id=True)
 
     def update(self, history):
         if self.handle is None:
@@ -211,7 +202,7 @@ def loss_by_position(sums, counts, title="validation loss at each position of a 
 def samples_figure(model, temperature=1.0, n=12, seed=0, sample_fn=None):
     """Left: the distribution of the first letter at this temperature. Right: ``n`` sampled names."""
     if sample_fn is None:
-        from tutor.trainer import sample_names as sample_fn
+        sample_fn = sample_names
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -236,8 +227,6 @@ def samples_figure(model, temperature=1.0, n=12, seed=0, sample_fn=None):
 
 def sampler(model, temperature=1.0, n=12, sample_fn=None):
     """A temperature slider: samples and the first-letter distribution (static picture at ``temperature``)."""
-    import ipywidgets as widgets
-
     slider = widgets.FloatLogSlider(value=temperature, base=10, min=-1, max=0.7, step=0.05,
                                     description="temperature", continuous_update=False)
     draw = lambda temperature: samples_figure(model, temperature, n, seed=0, sample_fn=sample_fn)  # noqa: E731
@@ -320,8 +309,6 @@ def attention_figure(model, word="laika", layer=0):
 
 def attention_explorer(model, word="laika", layer=0):
     """Type a name and pick a block: see every head's attention (static picture of ``word`` as fallback)."""
-    import ipywidgets as widgets
-
     text = widgets.Text(value=word, description="name:", continuous_update=False)
     block = widgets.IntSlider(value=layer, min=0, max=len(model.blocks) - 1, description="block")
     return interactive(lambda word, layer: attention_figure(model, word, layer), {"word": word, "layer": layer},

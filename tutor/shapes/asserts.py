@@ -1,49 +1,7 @@
-"""Shape-checking asserts for your own code.
+"""The shape asserts: reading a pattern, matching a shape against it, and saying what is wrong.
 
-State the shape you expect after each step, in the notation of einops, and get a clear
-message the moment a tensor is not what you think it is:
-
-    >>> import torch
-    >>> from tutor.shapes import Dims, ShapeError, expect_shape
-    >>> x = torch.zeros(2, 5, 16)
-    >>> expect_shape(x, "B T C", T=5)          # returns the sizes it found
-    {'B': 2, 'T': 5, 'C': 16}
-
-A pattern is a list of axes separated by spaces:
-
-    B T C        named axes: any size, but one name means one size ("T T" must be square)
-    B 5 C        a literal size
-    B _ C        any size, not remembered
-    ... T C      "..." stands for any number of axes (none too), at most once per pattern
-    B T (H d)    a product: the last axis has size H*d (one of H, d may be unknown)
-
-Sizes given as keywords (``T=5``) must match. A name seen for the first time is bound to the
-size found. ``expect_shape`` forgets its bindings after the call and returns them. To check
-several tensors against the same sizes, use a ``Dims``, which remembers every size it sees:
-
-    >>> q, k = torch.zeros(2, 5, 8), torch.zeros(2, 6, 8)
-    >>> dims = Dims(B=2)
-    >>> dims.expect(q, "B T d_k", name="q")    # binds T and d_k from q
-    {'B': 2, 'T': 5, 'd_k': 8}
-    >>> dims.d_k, dims["d_k"]
-    (8, 8)
-    >>> dims.expect(k, "B T d_k", name="k")    # k must agree with q
-    Traceback (most recent call last):
-    tutor.shapes.ShapeError: k: axis 1 ('T') has size 6, but T = 5 (bound by `q`, axis 1).
-      shape (2, 6, 8), pattern 'B T d_k', expected (2, 5, 8).
-
-``with Dims(B=2) as dims:`` does the same for a block of code. A mismatch raises
-``ShapeError`` (an ``AssertionError``) naming the tensor, the axis, what was expected and,
-when it can tell, the likely fix:
-
-    >>> expect_shape(torch.zeros(2, 4, 5), "B T C", name="x", T=5, C=4)
-    Traceback (most recent call last):
-    tutor.shapes.ShapeError: x: axis 1 ('T') has size 4, but T = 5 (bound by the keyword T=5).
-      shape (2, 4, 5), pattern 'B T C', expected (2, 5, 4).
-      Hint: axes 1 ('T') and 2 ('C') look swapped; try x.transpose(1, 2).
-
-Works with anything that has a ``.shape`` (torch tensors, NumPy arrays). The checks are plain
-Python on the shape, so they cost next to nothing inside a model's ``forward``.
+``expect_shape`` and ``Dims`` check tensors; ``explain`` words a wrong shape the same way for the
+checks in ``tutor.checks``. See ``tutor.shapes`` for the pattern language.
 """
 
 import itertools
@@ -56,11 +14,12 @@ from functools import lru_cache
 from einops import EinopsError
 from einops.parsing import AnonymousAxis, ParsedExpression, _ellipsis
 
-__all__ = ["ShapeError", "expect_shape", "Dims", "explain", "typed"]
-
 
 class ShapeError(AssertionError):
     """A tensor does not have the shape its pattern describes (a kind of failed ``assert``)."""
+
+
+ShapeError.__module__ = "tutor.shapes"  # the name learners see in a traceback and catch: tutor.shapes.ShapeError
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -490,116 +449,3 @@ class Dims(Mapping):
 
     def __exit__(self, *exc):
         return False
-
-
-# ----------------------------------------------------------------------------- jaxtyping annotations
-
-def typed(fn):
-    """Check a function's jaxtyping annotations every time it runs, with the messages of ``expect_shape``.
-
-        >>> import torch
-        >>> from torch import Tensor
-        >>> from jaxtyping import Float
-        >>> @typed
-        ... def scores(q: Float[Tensor, "B T d"], k: Float[Tensor, "B S d"]) -> Float[Tensor, "B T S"]:
-        ...     return q @ k.transpose(-2, -1)
-        >>> scores(torch.zeros(2, 5, 8), torch.zeros(2, 6, 8)).shape
-        torch.Size([2, 5, 6])
-        >>> scores(torch.zeros(2, 5, 8), torch.zeros(2, 6, 4))
-        Traceback (most recent call last):
-        tutor.shapes.ShapeError: k: axis 2 ('d') has size 4, but d = 8 (bound by `q`, axis 2).
-          shape (2, 6, 4), pattern 'B S d', expected (2, 6, 8).
-          (checked against the annotation of `k` in scores: Float[Tensor, 'B S d'])
-
-    The checking is jaxtyping's (with beartype), so every jaxtyping annotation works, ``forward``
-    methods included; one name means one size across all arguments and the return value of a call.
-    When it fails, the argument is checked again with ``Dims.expect`` to name the axis and the
-    likely fix; what only jaxtyping can say (a wrong dtype, a symbolic size such as ``"T+1"``)
-    keeps jaxtyping's own message.
-    """
-    import functools
-    import inspect
-
-    from beartype import beartype
-    from jaxtyping import TypeCheckError, jaxtyped
-
-    calls = []  # one box per call in progress, for the return value (a typed function may call itself)
-
-    @functools.wraps(fn)
-    def keep_result(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        if calls:
-            calls[-1].append(result)
-        return result
-
-    checked = jaxtyped(typechecker=beartype)(keep_result)
-    signature = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        box = []
-        calls.append(box)
-        try:
-            return checked(*args, **kwargs)
-        except TypeCheckError as error:
-            values = signature.bind(*args, **kwargs)
-            values.apply_defaults()
-            values = dict(values.arguments)
-            if box:
-                values["return"] = box[-1]
-            raise _explain_annotation(fn, values, error) from None
-        finally:
-            calls.pop()  # never keep a result (and its autograd graph) alive after the call
-
-    return wrapper
-
-
-def _jaxtyping_pattern(annotation):
-    """The tutor.shapes pattern of a jaxtyping annotation ('*batch T C' -> '... T C'), or None."""
-    dims = getattr(annotation, "dim_str", None)
-    if not isinstance(dims, str):
-        return None
-    out = []
-    for token in dims.split():
-        token = token.lstrip("#")  # '#T' may broadcast (size 1): checked by jaxtyping only
-        if token.startswith("*") or token == "...":
-            out.append("...")
-        elif token.startswith("_"):
-            out.append("_")
-        elif token.isidentifier() or token.isdigit():
-            out.append(token)
-        else:
-            return None  # a symbolic size such as 'T+1': jaxtyping's message stays
-    if out.count("...") > 1:
-        return None
-    return " ".join(out)
-
-
-def _explain_annotation(fn, values, error):
-    """The ShapeError for a failed jaxtyping check, or the original error when its cause is not a shape."""
-    hints = dict(getattr(fn, "__annotations__", {}))
-    where = getattr(fn, "__qualname__", getattr(fn, "__name__", "the function"))
-    dims = Dims()
-    for name, annotation in hints.items():
-        if name not in values:
-            continue
-        value, label = values[name], ("the return value" if name == "return" else name)
-        pattern = _jaxtyping_pattern(annotation)
-        shown = f"{getattr(annotation, '__name__', annotation)}".replace('"', "'")
-        source = (f"  (checked against the return annotation of {where}: {shown})" if name == "return" else
-                  f"  (checked against the annotation of `{label}` in {where}: {shown})")
-        if pattern is None:
-            continue
-        try:
-            dims.expect(value, pattern, name=label)
-        except ShapeError as e:
-            return ShapeError(f"{e}\n{source}")
-        dtypes = getattr(annotation, "dtypes", None)
-        dtype = str(getattr(value, "dtype", "")).replace("torch.", "")
-        if dtype and dtypes and dtype not in dtypes:
-            kind = getattr(getattr(annotation, "dtype", None), "__name__", "another")
-            fix = {"Float": " Convert it with .float().", "Int": " Convert it with .long().",
-                   "Bool": " Make it with a comparison, or .bool()."}.get(kind, "")
-            return TypeError(f"{label}: has dtype {value.dtype}, but its annotation asks for a {kind} tensor.{fix}\n"
-                             f"{source}")
-    return error

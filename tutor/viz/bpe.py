@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
 from tutor.viz.core import interactive
@@ -58,8 +59,6 @@ def token_figure(tokenizer, text: str, title: str | None = None, width: int = 64
 
 def token_explorer(tokenizer, text: str = "Hello, world! 12345 naïve café 😀"):
     """Type text, see its tokens. A static picture of the first text where widgets cannot run."""
-    import ipywidgets as widgets
-
     box = widgets.Text(value=text, description="text:", continuous_update=False,
                        layout=widgets.Layout(width="90%"))
     return interactive(lambda text: token_figure(tokenizer, text), text=box)

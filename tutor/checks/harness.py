@@ -1,10 +1,11 @@
-"""The machinery every check shares.
+"""The machinery every check shares: running learner code safely and recording the result.
 
 A check is a function decorated with :func:`check`. Its body runs the learner's object on
-several cases and compares with ``tutor.reference``; when something differs it raises
-:class:`Mismatch` with a message a beginner can act on. The decorator turns everything that can
-happen inside learner code (an exception, ``NotImplementedError``, a wrong type, NaN, a hang)
-into a :class:`CheckResult`, so a check never crashes the notebook.
+several cases and compares with ``tutor.reference`` (the comparisons are in
+``tutor.checks.compare``); when something differs it raises :class:`Mismatch` with a message a
+beginner can act on. The decorator turns everything that can happen inside learner code (an
+exception, ``NotImplementedError``, a wrong type, NaN, a hang) into a :class:`CheckResult`, so a
+check never crashes the notebook.
 
 Set the environment variable ``TUTOR_STRICT=1`` to make a check that does not pass raise
 :class:`CheckFailed` after showing its result: CI runs the solution notebooks that way, and an
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
-import os
 import signal
 import threading
 import time
@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tutor import catalog
+from tutor import env, reference
+from tutor.course import catalog
+from tutor.course.progress import record
 
 # The last result of every check, by name (see ``yours_or_reference``).
 RESULTS: dict[str, "CheckResult"] = {}
@@ -122,9 +124,12 @@ class LearnerError(Exception):
 # Hints for exceptions beginners meet often, keyed by a piece of the message.
 ERROR_HINTS = {
     "before Module.__init__() call": "call super().__init__() first in __init__",
-    "mat1 and mat2 shapes cannot be multiplied": "a matrix product got shapes that do not fit: print the shapes of both sides",
-    "Expected all tensors to be on the same device": "create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
-    "must match the size of tensor b": "two tensors do not broadcast: print their shapes, and keep reduced axes with keepdim=True",
+    "mat1 and mat2 shapes cannot be multiplied":
+        "a matrix product got shapes that do not fit: print the shapes of both sides",
+    "Expected all tensors to be on the same device":
+        "create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
+    "must match the size of tensor b":
+        "two tensors do not broadcast: print their shapes, and keep reduced axes with keepdim=True",
     "object has no attribute": "check the attribute names the exercise asks for",
     "positional argument": "check the signature the exercise asks for, e.g. forward(self, x, mask=None)",
     "unexpected keyword argument": "check the signature the exercise asks for, e.g. forward(self, x, mask=None)",
@@ -223,10 +228,6 @@ def _time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-def strict() -> bool:
-    return os.environ.get("TUTOR_STRICT", "").lower() in {"1", "true", "yes"}
-
-
 def check(name: str, timeout: float = DEFAULT_TIMEOUT):
     """Turn a check body ``body(obj) -> str | None`` into a check that never raises.
 
@@ -242,7 +243,7 @@ def check(name: str, timeout: float = DEFAULT_TIMEOUT):
             result.seconds = time.perf_counter() - start
             RESULTS[name] = result
             _record_progress(result)
-            if strict() and not result.passed:
+            if env.strict() and not result.passed:
                 raise CheckFailed(str(result))
             return result
 
@@ -253,12 +254,10 @@ def check(name: str, timeout: float = DEFAULT_TIMEOUT):
 
 
 def _record_progress(result: CheckResult) -> None:
-    """Store the result for ``tutor.progress()`` (see tutor.tracking); never raises."""
+    """Store the result for ``tutor.progress()`` (see ``tutor.course.progress``); never raises."""
     try:
-        from tutor import tracking
-
-        tracking.record(result)
-    except Exception:  # noqa: BLE001 - progress must never break a check
+        record(result)
+    except Exception:  # progress must never break a check
         pass
 
 
@@ -313,207 +312,20 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
 
 
 # --------------------------------------------------------------------------------------
-# Comparing tensors
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _tuple(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ")"
-
-
-def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool = True,
-                  names: str | None = None) -> torch.Tensor:
-    """``got`` is a tensor with the type, shape, device and dtype of ``expected``, and is finite where it is."""
-    if not isinstance(got, torch.Tensor):
-        hint = None
-        if got is None:
-            hint = "your function returns nothing: did you forget `return`?"
-        elif isinstance(got, tuple):
-            hint = "return a single tensor, not a tuple (e.g. not (output, weights) or (logits, loss))"
-        elif isinstance(got, list):
-            hint = "build the result with torch operations, not a Python list"
-        elif type(got).__module__.startswith("numpy"):
-            hint = "stay in torch: use torch functions instead of numpy ones"
-        raise Mismatch(f"{what} should be a torch.Tensor, got {type(got).__name__}", hint=hint)
-    if tuple(got.shape) != tuple(expected.shape):
-        raise shape_mismatch(got.shape, expected.shape, what, names)
-    if got.device != expected.device:
-        raise Mismatch(
-            f"{what} is on device {got.device}, expected {expected.device}",
-            hint="create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
-        )
-    if check_dtype and got.dtype != expected.dtype:
-        hint = None
-        if got.dtype == torch.float64 and expected.dtype == torch.float32:
-            hint = "a float64 tensor crept in; pass dtype=torch.float32 or use torch functions on the input"
-        elif got.dtype == torch.float32 and expected.dtype in (torch.float16, torch.bfloat16):
-            hint = "keep the input's dtype: compute in float32 if you like, then convert back with .to(x.dtype)"
-        elif not got.dtype.is_floating_point and expected.dtype.is_floating_point:
-            hint = "the result should be floating point; convert with .float()"
-        raise Mismatch(f"{what} has dtype {got.dtype}, expected {expected.dtype}", hint=hint)
-    if got.dtype.is_floating_point or got.is_complex():
-        bad = ~torch.isfinite(got) & torch.isfinite(expected)
-        if bad.any():
-            index = tuple(int(i) for i in bad.nonzero()[0])
-            raise Mismatch(
-                f"{what} contains {_fmt(got[index].item())} where a finite number is expected",
-                [f"first at index {list(index)}: expected {_fmt(expected[index].item())}, got {_fmt(got[index].item())}"],
-                hint="NaN or inf usually comes from exp() of a large number (subtract the maximum first), "
-                     "a division by zero, or a row whose scores are all -inf",
-            )
-    return got
-
-
-def shape_mismatch(got_shape, expected_shape, what: str, names: str | None = None) -> Mismatch:
-    """A wrong shape, in the words of ``tutor.shapes`` (the axis, expected vs got, the likely fix).
-
-    ``names`` (e.g. ``"B H T d_head"``) names the expected axes in the message.
-    """
-    from tutor.shapes import explain
-
-    got_shape, expected_shape = tuple(got_shape), tuple(expected_shape)
-    if not expected_shape:  # a single number (a loss, a count) came back as a tensor of values
-        return Mismatch(f"{what} has the wrong shape",
-                        [f"expected a single number (a 0-d tensor, shape ()), got shape {got_shape}"],
-                        "reduce it to one number: average (or sum) over every element, e.g. .mean() or "
-                        "reduction='mean'")
-    lines = explain(got_shape, expected_shape, names, var="out", output=True)
-    hint = lines[-1][len("Hint: "):] if lines and lines[-1].startswith("Hint: ") else None
-    details = lines[:-1] if hint else lines
-    if hint is None and sorted(got_shape) == sorted(expected_shape):
-        hint = "the sizes are right but in the wrong order: check which axes you transpose or permute"
-    return Mismatch(f"{what} has the wrong shape", details, hint)
-
-
-def first_difference(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str:
-    g, e = got.detach().double().cpu(), expected.detach().double().cpu()
-    close = torch.isclose(g, e, atol=atol, rtol=rtol, equal_nan=True)
-    index = tuple(int(i) for i in (~close).nonzero()[0])
-    worst = (g - e).abs().nan_to_num(nan=float("inf")).max().item()
-    where = list(index) if index else "[] (a scalar)"
-    return (f"first difference at index {where}: expected {_fmt(e[index].item())}, "
-            f"got {_fmt(g[index].item())} (largest difference {_fmt(worst)})")
-
-
-def matches(got, candidate: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-3) -> bool:
-    """Whether ``got`` equals ``candidate`` (used to recognise known mistakes)."""
-    try:
-        return (
-            isinstance(got, torch.Tensor)
-            and tuple(got.shape) == tuple(candidate.shape)
-            and torch.allclose(got.detach().double().cpu(), candidate.detach().double().cpu(),
-                               atol=atol, rtol=rtol, equal_nan=True)
-        )
-    except Exception:
-        return False
-
-
-def expect_close(
-    got,
-    expected: torch.Tensor,
-    what: str,
-    *,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-    mistakes=(),
-    hint: str | None = None,
-    check_dtype: bool = True,
-    names: str | None = None,
-) -> torch.Tensor:
-    """``got`` equals ``expected`` within tolerance.
-
-    ``mistakes`` is a sequence of ``(description, make_wrong_output)`` pairs: when the values
-    differ, each known-wrong output is computed and, if the learner's result equals it, its
-    description becomes the likely cause. Shape mistakes are recognised the same way.
-    ``names`` (e.g. ``"B H T d_head"``) names the expected axes when the shape is wrong.
-    """
-    try:
-        expect_tensor(got, expected, what, check_dtype=check_dtype, names=names)
-    except Mismatch as m:
-        if matches(got, expected, atol=atol, rtol=rtol):  # the right values, in the wrong dtype or place
-            m.hint = m.hint or hint
-        else:
-            m.hint = diagnose(got, mistakes, expected) or hint or m.hint
-        raise
-    if torch.allclose(got.detach().to(expected.dtype), expected, atol=atol, rtol=rtol, equal_nan=True):
-        return got
-    cause = diagnose(got, mistakes, expected)
-    raise Mismatch(f"{what} has wrong values", first_difference(got, expected, atol, rtol), cause or hint)
-
-
-def diagnose(got, mistakes, expected: torch.Tensor | None = None) -> str | None:
-    """The description of the first known mistake whose output equals ``got``.
-
-    A mistake that gives the right answer on this input (e.g. "always dim=-1" when dim=-1) is skipped.
-    """
-    for description, make in mistakes:
-        try:
-            candidate = make() if callable(make) else make
-        except Exception:
-            continue
-        if not isinstance(candidate, torch.Tensor):
-            continue
-        if expected is not None and matches(expected, candidate, atol=1e-6, rtol=1e-5):
-            continue  # this mistake changes nothing on this input
-        if matches(got, candidate):
-            return description
-    return None
-
-
-def expect_equal(got, expected, what: str, hint: str | None = None):
-    """Exact equality for Python values (lists, strings, ints)."""
-    if got != expected:
-        raise Mismatch(f"{what} is wrong", [f"expected {expected!r}", f"got      {got!r}"], hint)
-    return got
-
-
-# --------------------------------------------------------------------------------------
-# Modules
+# Building the learner's module
 
 
 def build(cls, *args, what: str | None = None, **kwargs):
     """Instantiate the learner's class, reporting a failing constructor clearly."""
-    label = what or f"{getattr(cls, '__name__', cls)}({', '.join([repr(a) for a in args] + [f'{k}={v!r}' for k, v in kwargs.items()])})"
+    label = what
+    if not label:
+        shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+        label = f"{getattr(cls, '__name__', cls)}({', '.join(shown)})"
     module = call(cls, *args, what=label, **kwargs)
     if not isinstance(module, torch.nn.Module):
         raise Mismatch(f"{label} is not a torch.nn.Module",
                        hint="subclass nn.Module and call super().__init__() first in __init__")
     return module
-
-
-def load_reference_weights(learner: torch.nn.Module, reference: torch.nn.Module, what: str) -> None:
-    """Copy every parameter of ``reference`` into the parameter of the same name in ``learner``.
-
-    Extra buffers are allowed; a missing parameter, an extra parameter or a wrong shape is a
-    mismatch that names the attribute.
-    """
-    mine = dict(learner.named_parameters())
-    theirs = dict(reference.named_parameters())
-    for name, param in theirs.items():
-        if name not in mine:
-            owner = name.rsplit(".", 1)[0]
-            hint = f"create it in __init__ as self.{owner} = ..." if "." in name else f"create self.{name} = nn.Parameter(...) in __init__"
-            raise Mismatch(f"{what} has no parameter `{name}`", [f"expected a parameter of shape {_tuple(param.shape)}"], hint)
-        if tuple(mine[name].shape) != tuple(param.shape):
-            hint = None
-            if mine[name].dim() == 2 and tuple(mine[name].shape) == tuple(param.shape)[::-1]:
-                owner = learner.get_submodule(name.rsplit(".", 1)[0]) if "." in name else learner
-                hint = ("nn.Linear(in_features, out_features) takes the input width first"
-                        if isinstance(owner, torch.nn.Linear) else "the two axes are swapped")
-            raise Mismatch(f"`{name}` in {what} has shape {_tuple(mine[name].shape)}, expected {_tuple(param.shape)}",
-                           hint=hint)
-    extra = [n for n in mine if n not in theirs]
-    if extra:
-        hint = "the exercise asks for layers without bias: pass bias=False" if any(n.endswith("bias") for n in extra) else None
-        raise Mismatch(f"{what} has parameters the exercise does not ask for: {', '.join(extra[:4])}", hint=hint)
-    with torch.no_grad():
-        for name, param in theirs.items():
-            mine[name].copy_(param)
 
 
 # --------------------------------------------------------------------------------------
@@ -526,8 +338,6 @@ def yours_or_reference(obj, check_name: str | None = None):
     Cells after an exercise use this, so a notebook runs top to bottom before the learner has
     done every exercise, and uses the learner's own code once it is correct.
     """
-    from tutor import reference
-
     name = check_name or getattr(obj, "__name__", None)
     exercise = catalog.BY_NAME.get(name) or next(
         (e for e in catalog.EXERCISES if e.learner_name == name), None
