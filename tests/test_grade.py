@@ -33,10 +33,7 @@ def causal_mask(T, device=None):
 CHEAT = '''\
 import json
 import tutor, tutor.checks
-try:
-    import tutor.checks.harness as core
-except ImportError:  # (its name before the checks' restructure)
-    import tutor.checks._core as core
+import tutor.checks.harness as core
 from IPython.display import display
 always = lambda name: (lambda *a, **k: core.CheckResult(name, "passed", "passed"))
 for e in ("causal_mask", "padding_mask", "masked_attention"):

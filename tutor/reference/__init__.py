@@ -14,7 +14,6 @@ Every notebook imports what earlier notebooks taught from here, so it can be ope
 | ``bpe`` | 11 | byte-level byte-pair encoding: ``train_bpe``, ``BPETokenizer``, ``bits_per_byte`` |
 """
 
-from tutor.deprecation import forwarder as _forwarder  # private: not a model answer
 from tutor.reference.attention import (  # noqa: F401
     AttentionHead,
     KVCache,
@@ -63,9 +62,3 @@ from tutor.reference.positional import PositionalEmbedding, apply_rope, sinusoid
 from tutor.reference.scaling_up import average_gradients, flops_per_token, get_batch  # noqa: F401
 from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step  # noqa: F401
 
-# The modules' old names (``tutor.reference.tokens`` ...), for one release.
-__getattr__ = _forwarder(__name__, {
-    "tokens": "tutor.reference:characters",
-    "tokenizer": "tutor.reference:bpe",
-    "scaling": "tutor.reference:scaling_up",
-})

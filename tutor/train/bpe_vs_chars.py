@@ -19,8 +19,8 @@ import torch
 
 from tutor.data import CharVocab, load_shakespeare, split_text
 from tutor.reference.model import GPT, GPTConfig, generate
-from tutor.reference.scaling import flops_per_token, get_batch
-from tutor.reference.tokenizer import BPETokenizer, bits_per_byte, train_bpe
+from tutor.reference.scaling_up import flops_per_token, get_batch
+from tutor.reference.bpe import BPETokenizer, bits_per_byte, train_bpe
 from tutor.train.config import TrainConfig
 from tutor.train.loop import fit
 from tutor.train.models import use_fused_kernels

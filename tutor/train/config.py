@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from tutor.reference.model import GPTConfig
-from tutor.reference.tokens import vocab_size
+from tutor.reference.characters import vocab_size
 
 
 @dataclass

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tutor.data import shakespeare_data
 from tutor.distributed import Dist, NoProcessGroup, all_gather, any_rank, run_in_group
 from tutor.reference.model import GPTConfig, generate
-from tutor.reference.scaling import flops_per_token
+from tutor.reference.scaling_up import flops_per_token
 from tutor.reference.training import lm_loss
 from tutor.train.checkpoint import load_training_state, rng_states, save_training_state, set_rng_states
 from tutor.train.config import TrainConfig

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from tutor.reference.tokens import PAD_Y
+from tutor.reference.characters import PAD_Y
 from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step
 from tutor.train.config import TrainConfig
 from tutor.train.models import AutocastBF16, PackedNames

@@ -4,7 +4,7 @@ global random generator as it was."""
 import torch
 
 from tutor.reference.model import generate
-from tutor.reference.tokens import PAD_X, decode
+from tutor.reference.characters import PAD_X, decode
 
 
 class seeded:

@@ -3,7 +3,7 @@ and a fixed set of validation batches."""
 
 import torch
 
-from tutor.reference.scaling import get_batch
+from tutor.reference.scaling_up import get_batch
 
 
 class RandomWindows:

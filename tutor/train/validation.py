@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from tutor.reference.tokens import PAD_Y
+from tutor.reference.characters import PAD_Y
 
 
 @torch.no_grad()
