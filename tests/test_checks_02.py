@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
 

@@ -4,11 +4,10 @@ and reject wrong implementations written the way a learner would write them."""
 import math
 
 import torch
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
-
 
 # --- causal_mask ---------------------------------------------------------------------------
 

@@ -6,11 +6,10 @@ import einops
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
-
 
 # --- split_heads -----------------------------------------------------------------------------
 
@@ -611,8 +610,8 @@ def test_mha_with_a_fixed_dropout_rate_names_it():
 
 
 def test_split_heads_without_a_head_axis_says_where_the_heads_went():
-    rejects(checks.split_heads, lambda x, n_heads: x, "wrong shape", "axis 'H' (size 2) looks merged into axis 'd_head'",
-            ".unflatten(2, (2, 4)).transpose(1, 2)")
+    rejects(checks.split_heads, lambda x, n_heads: x, "wrong shape",
+            "axis 'H' (size 2) looks merged into axis 'd_head'", ".unflatten(2, (2, 4)).transpose(1, 2)")
 
 
 def test_split_heads_that_drops_the_batch_axis_is_named():

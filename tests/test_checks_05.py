@@ -7,11 +7,10 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
-
 
 # --- sinusoidal_encoding ---------------------------------------------------------------------
 
@@ -282,7 +281,8 @@ class PETransposed(nn.Module):
 
 def test_positional_embedding_rejects():
     rejects(checks.PositionalEmbedding, PEWholeTable, "T = 5 < max_len", "self.weight[:T]")
-    rejects(checks.PositionalEmbedding, PEStdOne, "has standard deviation 1.0", "expected about 0.02", "multiply by 0.02")
+    rejects(checks.PositionalEmbedding, PEStdOne, "has standard deviation 1.0", "expected about 0.02",
+            "multiply by 0.02")
     rejects(checks.PositionalEmbedding, PENotAParameter, "not an nn.Parameter", "multiply inside")
     rejects(checks.PositionalEmbedding, PEInPlace, "in place")
     rejects(checks.PositionalEmbedding, PEOffByOne, "rows 1..T", "0-based")

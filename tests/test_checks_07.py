@@ -6,12 +6,11 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
-from tutor.reference import GPTConfig, LayerNorm, TransformerBlock
-
+from tutor.reference import LayerNorm, TransformerBlock
 
 # --- a GPT written the way a learner would, and its mistakes ---------------------------------
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
 

@@ -7,12 +7,11 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
-from tutor.reference import KVCache, LayerNorm, MLP, ModernBlock, RMSNorm, SwiGLU, apply_rope
-
+from tutor.reference import MLP, KVCache, LayerNorm, ModernBlock, RMSNorm, SwiGLU, apply_rope
 
 # --- RotaryAttention, written the way a learner would, and its mistakes -----------------------
 
@@ -200,7 +199,8 @@ def test_scaled_by_d_model():
             q, k, v = self.rotate(q, k, v, positions)
             if cache is not None:
                 k, v = cache.update(layer, k, v)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(T, k.shape[-2], cache), scale=1 / math.sqrt(C))
+            mask = self.mask(T, k.shape[-2], cache)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(C))
             return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
 
     rejects(checks.RotaryAttention, ByDModel, "sqrt(d_head)")

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 import torch.distributed as dist
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
 from tutor.checks import nb10_scaling_up

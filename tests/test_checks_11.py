@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 import regex
 import torch
-
 from checkkit import not_done, passes, rejects, stub
+
 from tutor import checks
 from tutor import reference as ref
 
@@ -71,7 +71,7 @@ def cp_misses_last(ids, counts=None):
     return counts
 
 
-def cp_mutable_default(ids, counts={}):  # noqa: B006 (the mistake under test)
+def cp_mutable_default(ids, counts={}):
     for pair in zip(ids, ids[1:]):
         counts[pair] = counts.get(pair, 0) + 1
     return counts
@@ -228,7 +228,8 @@ def test_merge_pair_rejects():
 # --- train_bpe -----------------------------------------------------------------------------------
 
 
-def learner_train(text, vocab_size, special_tokens=(), *, tie=lambda counts, vocab, p: (counts[p], vocab[p[0]], vocab[p[1]]),
+def learner_train(text, vocab_size, special_tokens=(), *,
+                  tie=lambda counts, vocab, p: (counts[p], vocab[p[0]], vocab[p[1]]),
                   pretokenize=lambda piece: PATTERN.findall(piece), split_special=True, weighted=True,
                   n_merges=None, specials_first=False, check_size=True, byte_merges=True, join_specials=False):
     """A learner's trainer (the naive one), with one knob per mistake."""

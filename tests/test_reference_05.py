@@ -9,7 +9,6 @@ import torch.nn as nn
 
 from tutor import reference as ref
 
-
 # --- sinusoidal_encoding ---------------------------------------------------------------------
 
 

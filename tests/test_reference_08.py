@@ -478,8 +478,8 @@ def test_padding_picture_draws():
     matplotlib.use("Agg")
     from tutor.viz import training as vt
 
-    fig = vt.padding_picture(data.make_loader(NAMES * 8, batch_size=8), data.make_sortish_loader(NAMES * 8, batch_size=8),
-                             rows=8, n_batches=5)
+    fig = vt.padding_picture(data.make_loader(NAMES * 8, batch_size=8),
+                             data.make_sortish_loader(NAMES * 8, batch_size=8), rows=8, n_batches=5)
     assert fig._suptitle is not None and len(fig.axes) == 2
     for ax in fig.axes:
         assert "padding" in ax.get_title() and ax.get_xlabel()

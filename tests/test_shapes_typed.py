@@ -83,7 +83,7 @@ def test_what_only_jaxtyping_can_say_keeps_its_message():
     from jaxtyping import TypeCheckError
 
     @typed
-    def grow(x: Float[Tensor, "T"]) -> Float[Tensor, "T+1"]:
+    def grow(x: Float[Tensor, "T"]) -> Float[Tensor, "T+1"]:  # noqa: F821 - jaxtyping's axis names, not Python names
         return x
 
     assert grow.__wrapped__ is not None

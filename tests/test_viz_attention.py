@@ -4,12 +4,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from tutor.viz import attention as va  # noqa: E402
-from tutor.viz.core import WithFallback  # noqa: E402
+from tutor.viz import attention as va
+from tutor.viz.core import WithFallback
 
 KEYS = torch.tensor([[1.0, 0.2], [0.9, 0.4], [0.2, 1.0], [-1.0, 0.0]])
 VALUES = torch.tensor([1.0, 1.5, 0.5, 3.0])

@@ -6,12 +6,12 @@ Each test draws the figure, renders it, and compares the pixel boxes of the piec
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
 
-from tutor.viz.attention import soft_lookup  # noqa: E402
-from tutor.viz.blocks import precision_picture  # noqa: E402
-from tutor.viz.heads import split_picture  # noqa: E402
+from tutor.viz.attention import soft_lookup
+from tutor.viz.blocks import precision_picture
+from tutor.viz.heads import split_picture
 
 
 def _boxes_overlap(a, b) -> bool:

@@ -4,11 +4,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
 
-from tutor.train import History  # noqa: E402
-from tutor.viz import modern  # noqa: E402
+from tutor.train import History
+from tutor.viz import modern
 
 
 def test_cache_grid_counts_the_work():

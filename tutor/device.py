@@ -1,11 +1,14 @@
-"""Device selection and seeding."""
+"""Device selection and seeding.
 
-import os
+``torch`` is imported inside the functions: ``import tutor`` (and so ``python -m tutor build`` or ``grade``) stays
+fast and does not need it.
+"""
+
 import random
 import re
 
+from tutor import env
 from tutor.errors import DeviceError
-
 
 VALID_DEVICES = ("cpu", "cuda", "cuda:N", "mps")
 
@@ -67,7 +70,7 @@ def get_device(verbose: bool = False):
     """
     import torch
 
-    forced = os.environ.get("TUTOR_DEVICE", "").strip()
+    forced = env.text(env.DEVICE)
     if forced:
         device = parse_device(forced)
     elif torch.cuda.is_available():

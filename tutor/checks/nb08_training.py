@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from tutor import reference as ref
 from tutor.checks.compare import expect_close, first_difference
 from tutor.checks.harness import LearnerError, Mismatch, call, case, check, error_details
+from tutor.data import NamesDataset, collate, make_loader
 
 __all__ = ["lm_loss", "lr_schedule", "train_step", "evaluate"]
 
@@ -545,7 +546,6 @@ def _check_train_step(fn):
 
 
 def ref_batch(names):
-    from tutor.data import NamesDataset, collate
 
     return collate([NamesDataset(names)[i] for i in range(len(names))])
 
@@ -651,7 +651,6 @@ def _check_evaluate(fn):
                 yb[:, 0] = V - 1
             _run_evaluate(fn, toy, batches, other, None, "")
     with case("a small GPT on a DataLoader of names, ignore_index=27"):
-        from tutor.data import make_loader
 
         gpt = ref.GPT(ref.GPTConfig(vocab_size=28, max_len=16, d_model=16, n_heads=2, n_layers=1))
         names = ["laika", "zoe", "ana", "maximilian", "bo", "evelyn", "tom"]

@@ -9,7 +9,6 @@ which they run again with ``torch``, ``dist``, ``nn``, ``F`` and ``math`` define
 says so in its result.
 """
 
-import math
 
 import torch
 import torch.nn as nn
@@ -121,7 +120,8 @@ def get_batch(fn):
             raise Mismatch("two different seeds gave the same batch", hint="the offsets must be random: torch.randint")
         if len(set(x_row[0] for x_row in a[0].tolist())) == 1:
             raise Mismatch("every row of the batch starts at the same offset",
-                           hint="draw batch_size offsets: torch.randint(N - block_size, (batch_size,), generator=generator)")
+                           hint="draw batch_size offsets: "
+                                "torch.randint(N - block_size, (batch_size,), generator=generator)")
     with case("offsets cover 0 .. N - block_size - 1 uniformly: data [20], block_size 5, 4000 windows"):
         N, T = 20, 5
         data = torch.arange(N)
@@ -136,8 +136,10 @@ def get_batch(fn):
                            hint="the upper bound of torch.randint is excluded: torch.randint(N - block_size, ...) "
                                 "draws 0 .. N - block_size - 1")
         if counts[0] == 0:
-            raise Mismatch("the first window (offset 0) never appears", [f"offsets seen: {min(offsets)} .. {max(offsets)}"],
-                           hint="draw offsets from 0: torch.randint(N - block_size, (batch_size,), generator=generator)")
+            raise Mismatch("the first window (offset 0) never appears",
+                           [f"offsets seen: {min(offsets)} .. {max(offsets)}"],
+                           hint="draw offsets from 0: "
+                                "torch.randint(N - block_size, (batch_size,), generator=generator)")
         expected = len(offsets) / (N - T)
         worst = int((counts.float() - expected).abs().argmax())
         if abs(counts[worst].item() - expected) > 0.35 * expected:
@@ -305,7 +307,8 @@ def _diagnose(results, world_size, local, total):
             hint = (f"only some parameters were averaged ({', '.join(wrong)} were not): loop over all of "
                     "model.parameters() (is there a `return` inside the loop?)")
         else:
-            hint = "for every parameter with a gradient: dist.all_reduce(p.grad, op=dist.ReduceOp.SUM), then p.grad /= world_size"
+            hint = ("for every parameter with a gradient: dist.all_reduce(p.grad, op=dist.ReduceOp.SUM), "
+                    "then p.grad /= world_size")
         n = wrong[0]
         raise Mismatch(f"on rank {rank} of {world_size}, `{n}.grad` is not the mean of the gradients of all processes",
                        [f"expected {mean[n].flatten()[:3].tolist()} ..., got "
@@ -314,7 +317,6 @@ def _diagnose(results, world_size, local, total):
 
 @check("average_gradients", timeout=240.0)
 def average_gradients(fn):
-    note = []
     for world_size in (2, 3):
         with case(f"{world_size} processes (Gloo), a small model whose gradients differ from process to process"):
             try:
@@ -326,7 +328,8 @@ def average_gradients(fn):
             except TimeoutError as e:
                 raise Mismatch("the processes did not finish in time", [str(e)],
                                "every process must call all_reduce for the same parameters in the same order "
-                               "(a collective waits for all of them): no `if dist.get_rank() == 0:` around it") from None
+                               "(a collective waits for all of them): "
+                               "no `if dist.get_rank() == 0:` around it") from None
             if any(r is not None and r["status"] == "not done" for r in results):
                 raise NotDone()
             errors = [r for r in results if r["status"] == "error"]
