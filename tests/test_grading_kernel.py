@@ -99,6 +99,9 @@ LOAD_AND_GRADE = textwrap.dedent('''\
     capture(["causal_mask", "padding_mask"], {"causal_mask": causal_mask, "padding_mask": reference.padding_mask})
     package = runner.write_package(runner.package_snapshot(), pathlib.Path(tempfile.mkdtemp()) / "pristine")
     grade = kernel.load("load-nonce", str(package), restore, capture(), {"TUTOR_STRICT": "0", "TUTOR_PROGRESS": "0"})
+    loaded = [name for name in sys.modules if name.startswith("tutor.checks.nb")]  # every check, before any runs
+    assert len(loaded) == len(sys.modules["tutor.checks"].catalog.NOTEBOOKS), loaded
+    assert all(sys.modules[name].__file__.startswith(str(package)) for name in loaded), loaded
     grade("n1", "causal_mask", "causal_mask")
     grade("n2", "padding_mask", "padding_mask")
     grade("n3", "masked_attention", "scaled_dot_product_attention")

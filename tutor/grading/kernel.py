@@ -130,6 +130,8 @@ def load(nonce: str, package: str, restore, captured: dict, environ: dict):
     importlib.invalidate_caches()
     import tutor.checks  # the pristine copy, written to `package` only now
 
+    for notebook in tutor.checks.catalog.NOTEBOOKS:  # every check now, before any of them runs learner code
+        tutor.checks.check_module(notebook.number)
     pristine = os.path.realpath(package)
     foreign = sorted(name for name, module in list(sys.modules.items())
                      if (name == "tutor" or name.startswith("tutor."))
