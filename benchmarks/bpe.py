@@ -26,8 +26,8 @@ _shared = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # the seed co
 if _shared.exists():
     os.environ.setdefault("TUTOR_SHAKESPEARE", str(_shared))
 
-from tutor.reference.tokenizer import GPT2_PATTERN, BPETokenizer, train_bpe, train_bpe_naive  # noqa: E402
-from tutor.train import bpe_vs_chars as payoff  # noqa: E402
+from tutor.reference.bpe import GPT2_PATTERN, BPETokenizer, train_bpe, train_bpe_naive  # noqa: E402
+from tutor.train import bpe_vs_chars  # noqa: E402
 
 EOT = "<|endoftext|>"
 
@@ -79,12 +79,16 @@ def encoding(text, repeat):
                             special_tokens=tok.special_ids)
     tik_s, tik_ids = best_of(lambda: enc.encode_ordinary(text), repeat)
     same = ids == tik_ids
-    print(f"\n2. Encoding all of tiny Shakespeare ({n_bytes / 1e6:.2f} MB) with the same {len(merges)} merges, vocabulary {len(vocab)}")
-    print(f"   reference, empty cache   {n_bytes / cold_s / 1e6:6.2f} MB/s  ({n_bytes / cold_s / (n_bytes / tik_s):.2f} of tiktoken)")
-    print(f"   reference, warm cache    {n_bytes / warm_s / 1e6:6.2f} MB/s  ({n_bytes / warm_s / (n_bytes / tik_s):.2f} of tiktoken)")
+    print(f"\n2. Encoding all of tiny Shakespeare ({n_bytes / 1e6:.2f} MB) with the same {len(merges)} merges, "
+          f"vocabulary {len(vocab)}")
+    print(f"   reference, empty cache   {n_bytes / cold_s / 1e6:6.2f} MB/s  "
+          f"({n_bytes / cold_s / (n_bytes / tik_s):.2f} of tiktoken)")
+    print(f"   reference, warm cache    {n_bytes / warm_s / 1e6:6.2f} MB/s  "
+          f"({n_bytes / warm_s / (n_bytes / tik_s):.2f} of tiktoken)")
     print(f"   tiktoken                 {n_bytes / tik_s / 1e6:6.2f} MB/s")
     print(f"   identical ids: {same} ({len(ids):,} tokens)")
-    print(f"   goal: at least 1/5 of tiktoken's MB/s with identical ids: empty cache {goal(same and tik_s / cold_s >= 0.2)}, "
+    print("   goal: at least 1/5 of tiktoken's MB/s with identical ids: "
+          f"empty cache {goal(same and tik_s / cold_s >= 0.2)}, "
           f"warm cache {goal(same and tik_s / warm_s >= 0.2)}")
 
 
@@ -101,41 +105,43 @@ def naive_vs_incremental(text):
 
 def sweep(text):
     """Each setting at a quarter of the payoff budget; the best per tokenizer is what the notebook uses."""
-    train_text, val_text = payoff.split(text)
-    chars = payoff.characters(train_text, val_text)
-    bpes = {v: payoff.bpe(train_text, val_text, v) for v in (512, 1024, 2048)}
-    print(f"\n5. Tuning sweep, each run {payoff.PAYOFF_FLOPS / 4:.2g} FLOPs (a quarter of the payoff budget)")
+    train_text, val_text = bpe_vs_chars.split(text)
+    chars = bpe_vs_chars.characters(train_text, val_text)
+    bpes = {v: bpe_vs_chars.bpe(train_text, val_text, v) for v in (512, 1024, 2048)}
+    print(f"\n5. Tuning sweep, each run {bpe_vs_chars.PAYOFF_FLOPS / 4:.2g} FLOPs (a quarter of the payoff budget)")
     print(f"   {'tokens':<12} {'block':>5} {'batch':>5} {'lr':>7} {'steps':>6} {'s':>6} {'bits/byte':>9}")
     settings = [(chars, 64, 16, 3e-3), (chars, 128, 16, 3e-3), (chars, 64, 16, 1e-2), (chars, 64, 32, 3e-3),
                 (bpes[512], 32, 16, 3e-3), (bpes[1024], 32, 16, 3e-3), (bpes[2048], 32, 16, 3e-3),
                 (bpes[1024], 64, 16, 3e-3), (bpes[1024], 32, 16, 1e-2)]
     for tok, block, batch, lr in settings:
-        config = payoff.RunConfig(block_size=block, batch_size=batch, max_lr=lr, min_lr=lr / 10)
-        run = payoff.train(tok, config, payoff.PAYOFF_FLOPS / 4, progress=False)
+        config = bpe_vs_chars.RunConfig(block_size=block, batch_size=batch, max_lr=lr, min_lr=lr / 10)
+        run = bpe_vs_chars.train(tok, config, bpe_vs_chars.PAYOFF_FLOPS / 4, progress=False)
         print(f"   {tok.name:<12} {block:>5} {batch:>5} {lr:>7.0e} {run.steps:>6} {run.seconds:6.0f} {run.final:9.3f}")
 
 
 def payoff_run(text):
-    train_text, val_text = payoff.split(text)
-    chars = payoff.characters(train_text, val_text)
-    bpe = payoff.bpe(train_text, val_text, payoff.BPE_VOCAB)
-    print(f"\n4. Characters vs BPE at the same compute, {payoff.PAYOFF_FLOPS:.2g} training FLOPs each "
+    train_text, val_text = bpe_vs_chars.split(text)
+    chars = bpe_vs_chars.characters(train_text, val_text)
+    bpe = bpe_vs_chars.bpe(train_text, val_text, bpe_vs_chars.BPE_VOCAB)
+    print(f"\n4. Characters vs BPE at the same compute, {bpe_vs_chars.PAYOFF_FLOPS:.2g} training FLOPs each "
           f"(flops_per_token x tokens), validation in bits per byte")
     results = {}
-    for tok, config, limit in [(chars, payoff.CHAR_CONFIG, 2.60), (bpe, payoff.BPE_CONFIG, 2.45)]:
-        run = payoff.train(tok, config, payoff.PAYOFF_FLOPS, progress=False)
+    for tok, config, limit in [(chars, bpe_vs_chars.CHAR_CONFIG, 2.60), (bpe, bpe_vs_chars.BPE_CONFIG, 2.45)]:
+        run = bpe_vs_chars.train(tok, config, bpe_vs_chars.PAYOFF_FLOPS, progress=False)
         results[tok.name] = run
         print(f"   {tok.describe()}")
         print(f"      block {config.block_size}, batch {config.batch_size}, lr {config.max_lr:g}: {run.steps} steps "
               f"in {run.seconds:.0f} s, {run.bytes_seen[-1] / 1e6:.2f} MB seen, "
               f"{run.final:.3f} bits per byte; goal <= {limit}: {goal(run.final <= limit)}")
     for name, run in results.items():
-        print(f"\n   sample ({name}):\n" + "\n".join("      " + line for line in payoff.sample(run, n_bytes=200).splitlines()))
+        sample = bpe_vs_chars.sample(run, n_bytes=200)
+        print(f"\n   sample ({name}):\n" + "\n".join("      " + line for line in sample.splitlines()))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a fifth of the text, the naive trainer on 100k characters")
+    parser.add_argument("--quick", action="store_true",
+                        help="a fifth of the text, the naive trainer on 100k characters")
     parser.add_argument("--payoff", action="store_true", help="also train characters vs BPE (about 6 minutes)")
     parser.add_argument("--sweep", action="store_true", help="also run the tuning sweep (about 7 minutes)")
     parser.add_argument("--skip-tokenizers", action="store_true", help="only the training runs")
@@ -143,7 +149,7 @@ def main():
     args = parser.parse_args()
     import torch
 
-    text = payoff.load_text(verbose=True)  # says where the text came from
+    text = bpe_vs_chars.load_text(verbose=True)  # says where the text came from
     if args.quick:
         text = text[:len(text) // 5]
     print(f"tiny Shakespeare, {len(text):,} characters; torch {torch.__version__}; {os.cpu_count()} CPUs; "

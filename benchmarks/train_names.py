@@ -43,9 +43,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from tutor import data  # noqa: E402
-from tutor import train as tr  # noqa: E402
-from tutor.reference import GPT, PAD_Y  # noqa: E402
+from tutor import data
+from tutor import train as tr
+from tutor.reference import GPT, PAD_Y
 
 ALLNAMES = Path(__file__).resolve().parents[2] / "shared/data/allnames.txt"
 ARTICLE_VAL_LOSS = 1.92  # the source article's validation loss (its model is given the first letter)
@@ -102,7 +102,8 @@ def kernel_benchmark(config, device, train_names, rounds):
         expected = hand(x)
         for m in (sdpa, fused):
             got = m(x)
-            assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4), f"a fused model differs: {(got - expected).abs().max():.3g}"
+            difference = (got - expected).abs().max()
+            assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4), f"a fused model differs: {difference:.3g}"
             diffs.append((got - expected).abs().max().item())
     for m in (hand, sdpa, fused):
         m.train()
@@ -198,12 +199,13 @@ def main(argv=None):
     runs = []
     for seed in range(seeds):
         runs.append(train(replace(config, seed=seed), device, train_names, val_loader))
-        print(f"  preset, seed {seed}: {runs[-1]['excl']:.3f} excluding the first letter in {runs[-1]['seconds']:.1f} s",
-              flush=True)
+        print(f"  preset, seed {seed}: {runs[-1]['excl']:.3f} excluding the first letter "
+              f"in {runs[-1]['seconds']:.1f} s", flush=True)
     columns.append(("preset" + (f" (mean of {seeds})" if seeds > 1 else ""), runs))
     if with_old:
         run = train(old, device, train_names, val_loader)
-        print(f"  old preset, seed 0: {run['excl']:.3f} excluding the first letter in {run['seconds']:.1f} s", flush=True)
+        print(f"  old preset, seed 0: {run['excl']:.3f} excluding the first letter in {run['seconds']:.1f} s",
+              flush=True)
         columns.append(("old preset (seed 0)", [run]))
     if args.ablate and device.type == "cpu":
         padded_preset = with_steps(tr.PADDED_CPU_CONFIG, steps)
@@ -237,7 +239,8 @@ def main(argv=None):
     print(f"{'source article (excl. 1st)':<42}{ARTICLE_VAL_LOSS:>26.3f}")
     if with_old:
         new_runs, old_run = columns[0][1], columns[1][1][0]
-        print(f"preset against the old preset: {mean(new_runs, 'excl') - old_run['excl']:+.3f} excluding the first letter, "
+        print(f"preset against the old preset: {mean(new_runs, 'excl') - old_run['excl']:+.3f} "
+              "excluding the first letter, "
               f"{mean(new_runs, 'seconds') / old_run['seconds']:.2f}x the wall time, "
               f"{mean(new_runs, 'tokens_per_s') / old_run['tokens_per_s']:.2f}x the tokens per second")
 
@@ -260,7 +263,8 @@ def main(argv=None):
     print(f"{'  packed batches':<52}{t_packed * 1000:>8.2f} ms   padded / packed  = {t_padded / t_packed:.2f} x")
     if args.sortish:
         packed_run, sortish_run = columns[0][1][0], columns[-1][1][0]  # both seed 0
-        print(f"  whole runs: sortish {sortish_run['seconds']:.1f} s, packed {packed_run['seconds']:.1f} s; loss excluding "
+        print(f"  whole runs: sortish {sortish_run['seconds']:.1f} s, packed {packed_run['seconds']:.1f} s; "
+              "loss excluding "
               f"the 1st letter {sortish_run['excl']:.3f} vs {packed_run['excl']:.3f} "
               f"({sortish_run['excl'] - packed_run['excl']:+.3f})")
 

@@ -32,9 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from tutor import data  # noqa: E402
-from tutor import train as tr  # noqa: E402
-from tutor.train import long_run  # noqa: E402
+from tutor import data
+from tutor import train as tr
+from tutor.train import long_run
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare.txt"
 CPU_GOAL = 1.80  # validation loss within the time budget on an idle 2-core CPU

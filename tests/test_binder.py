@@ -3,7 +3,6 @@
 import os
 
 import pytest
-
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -14,8 +13,8 @@ BINDER = ROOT / "binder"
 
 def requirements():
     lines = (BINDER / "requirements.txt").read_text().splitlines()
-    return {r.name.lower(): r for r in (Requirement(l.split("#")[0].strip()) for l in lines
-                                         if l.split("#")[0].strip() and not l.startswith("-"))}
+    return {r.name.lower(): r for r in (Requirement(line.split("#")[0].strip()) for line in lines
+                                         if line.split("#")[0].strip() and not line.startswith("-"))}
 
 
 def test_binder_requirements_pin_the_major_versions():
@@ -28,10 +27,10 @@ def test_binder_requirements_pin_the_major_versions():
 def test_postbuild_installs_cpu_torch_before_the_package():
     post = BINDER / "postBuild"
     assert os.access(post, os.X_OK), "binder/postBuild must be executable"
-    lines = [l for l in post.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    lines = [line for line in post.read_text().splitlines() if line.strip() and not line.startswith("#")]
     assert lines[0].startswith("set -e") or "set -euo pipefail" in lines[0]
-    torch_line = next(i for i, l in enumerate(lines) if "install" in l and " torch" in l)
-    package_line = next(i for i, l in enumerate(lines) if "install" in l and "-e ." in l)
+    torch_line = next(i for i, line in enumerate(lines) if "install" in line and " torch" in line)
+    package_line = next(i for i, line in enumerate(lines) if "install" in line and "-e ." in line)
     assert "download.pytorch.org/whl/cpu" in lines[torch_line]
     assert torch_line < package_line
 

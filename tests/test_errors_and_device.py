@@ -14,8 +14,8 @@ import torch
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from conftest import ROOT
 import tutor
+from conftest import ROOT
 from tutor import device as dev
 from tutor.errors import DeviceError, TutorError
 

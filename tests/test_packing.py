@@ -13,7 +13,6 @@ from tutor import data
 from tutor import reference as ref
 from tutor import train as tr
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
@@ -280,8 +279,8 @@ def test_padding_picture_shows_plain_and_packed_batches():
     matplotlib.use("Agg")
     from tutor.viz import training as vt
 
-    fig = vt.padding_picture(data.make_loader(NAMES * 8, batch_size=16), data.make_packed_loader(NAMES * 8, batch_size=16),
-                             rows=8, n_batches=4)
+    fig = vt.padding_picture(data.make_loader(NAMES * 8, batch_size=16),
+                             data.make_packed_loader(NAMES * 8, batch_size=16), rows=8, n_batches=4)
     titles = [ax.get_title() for ax in fig.axes]
     assert "plain" in titles[0] and "16 names in 16 rows" in titles[0]
     assert "packed" in titles[1] and "16 names in" in titles[1] and "16 rows" not in titles[1]

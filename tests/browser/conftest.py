@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-import sys  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).parent))  # for `import labkit` (this folder is a package)
-import labkit as _lab  # noqa: E402
+import labkit as _lab
 
 MARK = "browser"
 SHOTS_ENV = "TUTOR_BROWSER_SHOTS"
@@ -124,5 +123,5 @@ def pytest_runtest_makereport(item, call):
             chrome.save_screenshot(str(path))
             report.sections.append(("browser", f"screenshot of the failure: {path}"))
             print(f"\nbrowser test failed: screenshot saved to {path}")
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             report.sections.append(("browser", f"no screenshot: {error}"))

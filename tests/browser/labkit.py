@@ -93,7 +93,8 @@ class LabServer:
             "JUPYTER_CONFIG_DIR": str(dirs["config"]), "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
             "JUPYTER_DATA_DIR": str(dirs["data"]), "JUPYTERLAB_SETTINGS_DIR": str(dirs["settings"]),
             "JUPYTERLAB_WORKSPACES_DIR": str(dirs["workspaces"]), "IPYTHONDIR": str(dirs["ipython"]),
-            "JUPYTER_PLATFORM_DIRS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "JUPYTER_PLATFORM_DIRS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "TUTOR_OFFLINE": "1",
         })
         env.update(self.extra_env)
@@ -206,7 +207,7 @@ class Notebook:
         while time.monotonic() < deadline:
             try:
                 value = self.js(script)
-            except Exception:  # noqa: BLE001 - the page may be loading
+            except Exception:
                 value = None
             if value is not None and check(value):
                 return value
@@ -279,7 +280,8 @@ class Notebook:
         """Indices of cells whose output area holds a live widget."""
         return self.js(JS_PANEL + """
         return w.content.widgets.map((c, i) => [c, i]).filter(([c, i]) => c.model.type === 'code' && c.outputArea &&
-            c.outputArea.node.querySelector('.jupyter-widgets.widget-container, .jupyter-widgets.widget-inline-hbox, .widget-vbox'))
+            c.outputArea.node.querySelector(
+                '.jupyter-widgets.widget-container, .jupyter-widgets.widget-inline-hbox, .widget-vbox'))
             .map(([c, i]) => i);
         """)
 

@@ -15,7 +15,7 @@ one job per module.
 | ``streams`` | ``RandomWindows``, ``fixed_batches``: batches of windows of a long text (notebook 10) |
 | ``metrics`` | ``peak_flops``, ``mfu`` |
 | ``sampling`` | ``sample_names``, ``seeded`` |
-| ``long_run`` | notebook 10's run on a long text: ``ScaleConfig``, ``PRESETS``, ``train`` (DDP, resume), ``data_parallel_step`` |
+| ``long_run`` | notebook 10's run on a long text: ``ScaleConfig``, ``PRESETS``, ``train``, ``data_parallel_step`` |
 | ``bpe_vs_chars`` | notebook 11's payoff: characters against BPE tokens at the same compute |
 
 The four things a learner writes in notebook 08 (``lm_loss``, ``lr_schedule``, ``train_step``, ``evaluate``)

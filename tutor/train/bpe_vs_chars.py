@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import torch
 
 from tutor.data import CharVocab, load_shakespeare, split_text
+from tutor.reference.bpe import BPETokenizer, bits_per_byte, train_bpe
 from tutor.reference.model import GPT, GPTConfig, generate
 from tutor.reference.scaling_up import flops_per_token, get_batch
-from tutor.reference.bpe import BPETokenizer, bits_per_byte, train_bpe
 from tutor.train.config import TrainConfig
 from tutor.train.loop import fit
 from tutor.train.models import use_fused_kernels

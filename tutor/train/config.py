@@ -2,8 +2,8 @@
 
 from dataclasses import dataclass
 
-from tutor.reference.model import GPTConfig
 from tutor.reference.characters import vocab_size
+from tutor.reference.model import GPTConfig
 
 
 @dataclass

@@ -9,9 +9,9 @@ import torch.nn as nn
 
 from tutor.data import name_positions, same_name_mask
 from tutor.reference.attention import MultiHeadAttention
+from tutor.reference.characters import PAD_X, PAD_Y, vocab_size
 from tutor.reference.layers import LayerNorm
 from tutor.reference.model import GPT, GPTConfig, ModernConfig, ModernGPT
-from tutor.reference.characters import PAD_X, PAD_Y, vocab_size
 
 
 class BigramModel(nn.Module):

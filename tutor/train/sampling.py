@@ -3,8 +3,8 @@ global random generator as it was."""
 
 import torch
 
-from tutor.reference.model import generate
 from tutor.reference.characters import PAD_X, decode
+from tutor.reference.model import generate
 
 
 class seeded:
