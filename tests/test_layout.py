@@ -1,0 +1,95 @@
+"""The package's layout stays what the README and CONTRIBUTING say: one room per job.
+
+- the README's module table names every module and package of ``tutor/`` (and nothing that is not there);
+- no module is over ~500 lines, except the per-notebook check tables (``tutor/checks/nbNN_*.py``);
+- no module imports another package's private names (``from tutor.x import _y``);
+- every ``TUTOR_*`` variable the package reads is declared in ``tutor/env.py``;
+- importing each module alone, in a fresh interpreter, works (no import cycle) and warns about nothing.
+"""
+
+import ast
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tutor"
+MAX_LINES = 520  # "about 500"
+# Old import paths kept for one release (tutor.deprecation): they warn on import, on purpose.
+DEPRECATED = {"tutor.trainer", "tutor.bpe_vs_chars"}
+
+
+def modules():
+    """Every module of the package as (dotted name, path)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+def test_the_readme_module_table_matches_the_tree():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The `tutor` package", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `tutor")]
+    named = set()
+    for row in rows:
+        first = row.split("|")[1]
+        named |= {name.split("(")[0] for name in re.findall(r"`(tutor[\w.()]*)`", first)}
+    top_level = {name for name, _ in modules() if name.count(".") == 1}
+    missing = sorted(top_level - named - DEPRECATED - {"tutor.__main__"})
+    assert not missing, f"the README's module table does not list {missing}"
+    for name in named:  # and every name in it exists (a module, or a function of the package)
+        module, _, attribute = name.rpartition(".")
+        exists = (PACKAGE.parent / name.replace(".", "/")).with_suffix(".py").exists() or \
+            (PACKAGE.parent / name.replace(".", "/")).is_dir() or \
+            f"def {attribute}" in (PACKAGE.parent / module.replace(".", "/") / "__init__.py").read_text()
+        assert exists, f"the README's module table names {name}, which is not in tutor/"
+
+
+def test_no_module_is_over_about_500_lines_except_the_check_tables():
+    long = {name: n for name, path in modules()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+            and not re.fullmatch(r"tutor\.checks\.nb\d\d_\w+", name)}
+    assert not long, f"split these by job: {long}"
+
+
+def test_no_private_names_are_imported_across_modules():
+    found = []
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tutor"):
+                found += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, found
+
+
+def test_every_tutor_variable_is_declared_in_env():
+    declared = set(re.findall(r'"(TUTOR_[A-Z_]+)"', (PACKAGE / "env.py").read_text(encoding="utf-8")))
+    read = set()
+    for _, path in modules():
+        read |= set(re.findall(r"\b(TUTOR_[A-Z_]+)\b", path.read_text(encoding="utf-8")))
+    assert read - declared == set(), f"declare these in tutor/env.py: {sorted(read - declared)}"
+
+
+def test_every_module_imports_alone_without_a_warning():
+    names = [name for name, _ in modules() if name not in DEPRECATED and name != "tutor.__main__"]
+    script = ("import importlib, sys, warnings\nwarnings.simplefilter('error')\nfailed = []\n"
+              "for name in sys.argv[1:]:\n"
+              "    for loaded in [m for m in sys.modules if m == 'tutor' or m.startswith('tutor.')]:\n"
+              "        del sys.modules[loaded]\n"
+              "    try:\n        importlib.import_module(name)\n"
+              "    except Exception as error:\n        failed.append(f'{name}: {type(error).__name__}: {error}')\n"
+              "print('\\n'.join(failed))\n")
+    done = subprocess.run([sys.executable, "-c", script, *names], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", done.stdout
+
+
+@pytest.mark.parametrize("old", sorted(DEPRECATED))
+def test_the_deprecated_paths_are_thin(old):
+    path = PACKAGE / (old.split(".", 1)[1] + ".py")
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 15, f"{old} must only warn and re-export"
