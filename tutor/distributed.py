@@ -84,7 +84,7 @@ def _worker(rank, world_size, store, out_dir, work, learner_fn, source, name, ar
         # Every rank finishes connecting before any runs the learner's code: a rank that fails or
         # returns at once must not close its sockets while another is still connecting.
         dist.barrier()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - reported to the parent as "no group", whatever the cause
         result.update(status="no group", error=f"{type(e).__name__}: {e}")
         torch.save(result, path)
         return
@@ -92,13 +92,13 @@ def _worker(rank, world_size, store, out_dir, work, learner_fn, source, name, ar
         if learner_fn is None and source is not None:
             learner_fn = function_from_source(source, name)
         result.update(work(rank, world_size, learner_fn, *args))
-    except Exception as e:  # the source could not be run again, or the work raised
+    except Exception as e:  # noqa: BLE001 - the source could not be run again, or the learner's work raised
         result.update(status="error", error=f"{type(e).__name__}: {e}", where=learner_where(e))
     finally:
         torch.save(result, path)
         try:
             dist.destroy_process_group()
-        except Exception:
+        except Exception:  # noqa: BLE001 - best-effort cleanup: the result is already saved
             pass
 
 
@@ -135,7 +135,7 @@ def run_in_group(work, world_size: int, learner_fn=None, args=(), timeout: float
                                     args=(rank, world_size, store, tmp, work, learner_fn, source, name, args))
                 p.start()
                 processes.append(p)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any start failure becomes NoProcessGroup, with its reason
             for p in processes:
                 p.kill()
             raise NoProcessGroup(f"could not start {world_size} processes ({type(e).__name__}: {e})") from None

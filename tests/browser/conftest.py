@@ -123,5 +123,5 @@ def pytest_runtest_makereport(item, call):
             chrome.save_screenshot(str(path))
             report.sections.append(("browser", f"screenshot of the failure: {path}"))
             print(f"\nbrowser test failed: screenshot saved to {path}")
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - a failed screenshot must not hide the test's own failure
             report.sections.append(("browser", f"no screenshot: {error}"))

@@ -207,7 +207,7 @@ class Notebook:
         while time.monotonic() < deadline:
             try:
                 value = self.js(script)
-            except Exception:
+            except Exception:  # noqa: BLE001 - the page may be loading: poll again until the deadline
                 value = None
             if value is not None and check(value):
                 return value

@@ -257,7 +257,7 @@ def _record_progress(result: CheckResult) -> None:
     """Store the result for ``tutor.progress()`` (see ``tutor.course.progress``); never raises."""
     try:
         record(result)
-    except Exception:  # progress must never break a check
+    except Exception:  # noqa: BLE001 - progress must never break a check
         pass
 
 
@@ -301,7 +301,7 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
         )
     except KeyboardInterrupt:
         return CheckResult(name, "failed", "interrupted", [])
-    except Exception as error:  # pragma: no cover - a bug in the check itself, or a very odd object
+    except Exception as error:  # noqa: BLE001 - a bug in the check, or an odd object  # pragma: no cover
         return CheckResult(
             name, "failed", "the check could not run your code",
             [f"{type(error).__name__}: {error}"],

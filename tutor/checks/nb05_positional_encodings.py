@@ -284,7 +284,7 @@ def _rope_hint(got, x):
             if not torch.allclose(n_got, n_x, rtol=1e-3, atol=1e-3):
                 return ("your result changes the length of the vectors; a rotation keeps every pair's length "
                         "x0² + x1²: use cos and sin of the same angle in both components")
-    except Exception:
+    except Exception:  # noqa: BLE001 - only a diagnosis: if it cannot run, give no hint
         pass
     return None
 

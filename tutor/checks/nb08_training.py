@@ -225,7 +225,7 @@ def _compare_curve(got, steps, max_lr, warmup, total, min_lr):
             if all(close(g, curve(s)) for g, s in zip(got, steps)):
                 cause = description
                 break
-        except Exception:
+        except Exception:  # noqa: BLE001 - a candidate mistake that fails on this input is skipped
             continue
     if cause is None and warmup == 0 and steps[i] == 0:
         cause = "with warmup_steps = 0 there is no warm-up: step 0 already gets max_lr"
@@ -434,7 +434,7 @@ def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pas
                     _, last = _simulate(model, batches, make_opt, ignore_index, clip, "last class")
                     if math.isclose(g, last[i], rel_tol=1e-4):
                         hint = TRAIN_STEP_MISTAKES["last class"]
-                except Exception:
+                except Exception:  # noqa: BLE001 - only a diagnosis: if it cannot run, give no hint
                     pass
             if hint is None and i > 0:
                 hint = diagnose_params()
@@ -582,7 +582,7 @@ def _eval_candidates(model, loader, ignore_index, max_batches):
                 total_last = sum(F.cross_entropy(lg.reshape(-1, V), y.reshape(-1), ignore_index=V - 1,
                                                  reduction="sum").item() for lg, (_, y) in zip(logits, pairs))
                 last_class = total_last / max(sum((y != V - 1).sum().item() for _, y in pairs), 1)
-    except Exception:
+    except Exception:  # noqa: BLE001 - only a diagnosis: if it cannot run, no 'last class' figure
         last_class = None
     return [
         ("you ignore the last class (logits.shape[-1] - 1) instead of the ignore_index argument: "

@@ -253,7 +253,7 @@ def _length(cache, what):
                        hint="add a property: @property def length(self): return the positions held by every layer")
     try:
         return int(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - learner's length: whatever int() raises, the message is the same
         raise Mismatch(f"cache.length should be an int, got {type(value).__name__}") from None
 
 

@@ -252,7 +252,7 @@ def _average_on_rank(rank, world_size, fn):
         fn(model)
     except NotImplementedError:
         result["status"] = "not done"
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - learner code in a child process: reported to the parent as an error
         result.update(status="error", error=f"{type(e).__name__}: {e}", where=learner_where(e))
     result["grads"] = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
     result["params"] = {n: p.detach().clone() for n, p in model.named_parameters()}

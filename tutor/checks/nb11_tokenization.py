@@ -334,7 +334,7 @@ def train_bpe(fn):
             raise NotDone() from None
         except ValueError:
             pass
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - learner code: any other exception is the mistake being named
             raise Mismatch(f"a vocab_size that is too small raised {type(error).__name__}, expected a ValueError",
                            [f"{type(error).__name__}: {error}"],
                            hint="check first: if vocab_size < 256 + len(special_tokens): raise ValueError(...)")

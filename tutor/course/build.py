@@ -284,7 +284,7 @@ def learner_edits(path: pathlib.Path) -> str | None:
     """
     try:
         nb = read_notebook(path)
-    except Exception as error:  # any unreadable file must be protected
+    except Exception as error:  # noqa: BLE001 - any unreadable file must be protected
         return f"it cannot be read as a notebook ({type(error).__name__}: {error})"
     recorded = nb.metadata.get("tutor", {}).get("build_hash")
     if recorded is None:
@@ -457,7 +457,7 @@ def build(solutions_dir, notebooks_dir, force: bool = False, check: bool = False
             built[source.name] = notebook_bytes(make_learner_notebook(solution, source_name))
         except BuildError as error:
             report.errors.append(str(error))
-        except Exception as error:  # unreadable JSON, invalid notebook, ...
+        except Exception as error:  # noqa: BLE001 - unreadable JSON, invalid notebook, ...
             report.errors.append(f"{source_name}: cannot be read: {type(error).__name__}: {error}")
     if report.errors:
         return report

@@ -145,7 +145,7 @@ def run_solutions(solutions_dir, notebooks_dir, only=None, force: bool = False, 
         log(f"running {display_path(path)} ...")
         try:
             execute_solution(path, timeout=timeout, kernel_name=kernel_name)
-        except Exception as error:  # report and go on with the next notebook
+        except Exception as error:  # noqa: BLE001 - report and go on with the next notebook
             failed.append(path)
             log(f"FAILED {display_path(path)} (left unchanged):\n{error}")
         else:

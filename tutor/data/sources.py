@@ -166,7 +166,7 @@ def _from_download(data_set: DataSet, remarks: list[str]) -> Loaded | None:
     for url in data_set.urls:
         try:
             data = download(url, TIMEOUT)
-        except Exception as e:  # any failure means "try the next URL", with the reason
+        except Exception as e:  # noqa: BLE001 - any failure means "try the next URL", with the reason
             reasons.append(_describe(e))
             continue
         if sha256(data) != data_set.sha256:

@@ -207,7 +207,7 @@ def run_attempt(planned: list[PlannedCell], snapshot: dict, options: Options, de
                         break
         except DeadKernelError:
             attempt.fatal = (None, "the kernel died")
-        except Exception as error:  # a kernel that does not start, a broken client
+        except Exception as error:  # noqa: BLE001 - a kernel that does not start, a broken client
             if attempt.fatal is None:
                 attempt.fatal = (None, f"the kernel could not run the notebook: {type(error).__name__}: {error}")
     return attempt
@@ -250,7 +250,7 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
 
     try:
         submission = nbformat.reads(pathlib.Path(path).read_text(encoding="utf-8"), as_version=4)
-    except Exception as error:  # not JSON, not a notebook
+    except Exception as error:  # noqa: BLE001 - not JSON, not a notebook
         grade.notes.append(f"the notebook cannot be read: {type(error).__name__}: {str(error)[:200]}")
         return finish({}, ("not graded: the notebook file cannot be read", grade.notes[-1]))
 
@@ -382,7 +382,7 @@ def grade(paths, options: Options | None = None, assignment=None, progress: bool
 def _grade_job(path, number, options, snapshot) -> NotebookGrade:
     try:
         return grade_notebook(path, number, options, snapshot)
-    except Exception as error:  # a bug here must not stop the batch
+    except Exception as error:  # noqa: BLE001 - a bug here must not stop the batch
         template = load_template(number, options)
         g = NotebookGrade(number, catalog.notebook(number).slug, str(path))
         g.notes.append(f"the grader failed on this notebook: {type(error).__name__}: {error}")

@@ -113,7 +113,7 @@ def preset_sized(model, config) -> bool:
         with torch.device("meta"):
             preset = GPT(config.model_config())
         return sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in preset.parameters())
-    except Exception:  # a config without a GPT shape (notebook 10's), or an unusual model: no figure
+    except Exception:  # noqa: BLE001 - a config without a GPT shape (notebook 10's), or an unusual model: no figure
         return False
 
 
