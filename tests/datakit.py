@@ -1,12 +1,38 @@
-"""Helpers for the tests of tutor.data: a stand-in for the network, and a cache in tmp_path.
+"""Helpers for the tests of tutor.data: a stand-in for the network, a cache in tmp_path, and the package copies.
 
 A test file imports the autouse fixture ``isolated`` (``from datakit import isolated  # noqa: F401``) and every
-test in it runs with the cache in ``tmp_path``, no ``TUTOR_*`` data variable set and no network.
+test in it runs with the cache in ``tmp_path``, no ``TUTOR_*`` data variable set and no network. The copies
+that ship in ``tutor/data/`` are still there (they come first after your own file): ``without_package_copy``
+takes one away, to test the cache and the download; ``damaged_package`` puts damaged copies in their place.
 """
+
+import dataclasses
+import importlib.resources
+import uuid
 
 import pytest
 
 from tutor.data import sources
+
+
+def without_package_copy(monkeypatch, module):
+    """Pretend the data set of ``module`` (``tutor.data.names`` or ``.shakespeare``) does not ship in the package."""
+    monkeypatch.setattr(module, "DATA_SET", dataclasses.replace(module.DATA_SET, package_file=None))
+
+
+def damaged_package(monkeypatch, tmp_path, damage):
+    """A temporary package, put in the place of ``tutor.data`` as the home of the shipped files, holding a copy
+    of each shipped ``.gz`` file damaged by ``damage(bytes) -> bytes``. Returns its folder."""
+    name = f"tutor_damaged_data_{uuid.uuid4().hex}"
+    folder = tmp_path / "site" / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    for shipped in importlib.resources.files(sources.PACKAGE).iterdir():
+        if shipped.name.endswith(".gz"):
+            (folder / shipped.name).write_bytes(damage(shipped.read_bytes()))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(sources, "PACKAGE", name)
+    return folder
 
 
 class FakeDownload:

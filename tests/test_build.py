@@ -11,7 +11,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tutor.course import build as b
-from tutor.course import run
+from tutor.course import catalog, run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -592,29 +592,77 @@ def test_staleness_tells_a_maintainers_stale_build_from_a_learners_work(dirs):
 
 
 def _env_for_data(tmp_path, **extra):
-    env = {key: value for key, value in os.environ.items() if key not in ("TUTOR_NAMES", "TUTOR_OFFLINE")}
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TUTOR_NAMES", "TUTOR_SHAKESPEARE", "TUTOR_OFFLINE")}
     return {**env, "PYTHONPATH": str(ROOT), "TUTOR_CACHE_DIR": str(tmp_path / "cache"), **extra}
 
 
-def test_run_refuses_when_the_names_are_not_the_full_data_set(tmp_path):
+def _solutions_that_say_they_ran(tmp_path, *names):
     solutions = tmp_path / "solutions"
     solutions.mkdir()
-    nb = new_notebook(cells=[new_code_cell("open('ran', 'w').write('yes')")])
-    nbformat.write(nb, solutions / "01_x.ipynb")
-    args = [sys.executable, "-m", "tutor", "run", "--solutions", str(solutions), "--notebooks", str(tmp_path / "nb")]
-    offline = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                             env=_env_for_data(tmp_path, TUTOR_OFFLINE="1"))
-    assert offline.returncode == 2, offline.stdout + offline.stderr
-    assert "refusing to run" in offline.stderr and "offline fallback" in offline.stderr
-    assert "--partial-data" in offline.stderr and not (solutions / "ran").exists()
+    for name in names:
+        nb = new_notebook(cells=[new_code_cell(f"open('ran-{name}', 'w').write('yes')")])
+        nbformat.write(nb, solutions / f"{name}.ipynb")
+    args = [sys.executable, "-m", "tutor", "run", "--solutions", str(solutions), "--notebooks", str(tmp_path / "nb"),
+            "--timeout", "120"]
+    return solutions, args
 
+
+def test_run_refuses_when_the_names_are_not_the_full_data_set(tmp_path):
+    solutions, args = _solutions_that_say_they_ran(tmp_path, "01_x")
     small = tmp_path / "few.txt"
     small.write_text("laika\nmary\n")
-    forced = subprocess.run(args + ["--partial-data", "--timeout", "120"], capture_output=True, text=True,
+    refused = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                             env=_env_for_data(tmp_path, TUTOR_NAMES=str(small), TUTOR_OFFLINE="1"))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "refusing to run: the notebooks would train on 2 names from few.txt (TUTOR_NAMES)" in refused.stderr
+    assert "unset TUTOR_NAMES (the course ships all 100,364 names" in refused.stderr
+    assert "--partial-data" in refused.stderr and not (solutions / "ran-01_x").exists()
+
+    forced = subprocess.run(args + ["--partial-data"], capture_output=True, text=True,
                             timeout=300, env=_env_for_data(tmp_path, TUTOR_NAMES=str(small)))
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert "WARNING: --partial-data: the notebooks would train on 2 names" in forced.stderr
-    assert (solutions / "ran").read_text() == "yes"
+    assert (solutions / "ran-01_x").read_text() == "yes"
+
+
+def test_run_of_notebook_10_needs_the_full_shakespeare_not_the_full_names(tmp_path):
+    solutions, args = _solutions_that_say_they_ran(tmp_path, "01_x", "10_x")
+    small = tmp_path / "few.txt"
+    small.write_text("laika\nmary\n")
+    short = tmp_path / "short.txt"
+    short.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    refused = subprocess.run(args + ["10"], capture_output=True, text=True, timeout=300,
+                             env=_env_for_data(tmp_path, TUTOR_NAMES=str(small), TUTOR_SHAKESPEARE=str(short)))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    (line, hint) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: refusing to run: the notebooks would train on 61 characters from short.txt "
+                           "(TUTOR_SHAKESPEARE), not the full tiny Shakespeare (1,115,394 characters, checksummed)")
+    assert "names" not in line and "--partial-data" in hint and not (solutions / "ran-10_x").exists()
+
+    # offline, nothing cached, no TUTOR_SHAKESPEARE: the text the package ships; the small names do not matter
+    ran = subprocess.run(args + ["10"], capture_output=True, text=True, timeout=300,
+                         env=_env_for_data(tmp_path, TUTOR_NAMES=str(small), TUTOR_OFFLINE="1"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "refusing to run" not in ran.stderr and "--partial-data" not in ran.stderr
+    assert (solutions / "ran-10_x").read_text() == "yes" and not (solutions / "ran-01_x").exists()
+
+
+def test_data_needed_follows_the_catalog(tmp_path):
+    assert run.data_needed([tmp_path / "01_x.ipynb", tmp_path / "10_scaling_up.ipynb"]) == ["names", "shakespeare"]
+    assert run.data_needed([tmp_path / "10_x.ipynb", tmp_path / "11_x.ipynb"]) == ["shakespeare"]
+    assert run.data_needed([tmp_path / "03_masking.ipynb"]) == []
+    assert run.data_needed([tmp_path / "99_new.ipynb"]) == ["names", "shakespeare"]  # unknown: it may load either
+
+
+def test_the_catalog_names_the_data_every_solution_notebook_loads():
+    uses = {"names": ("load_names",), "shakespeare": ("load_shakespeare", "shakespeare_data", "bpe_vs_chars.load_text",
+                                                       "long_run.")}
+    for n in catalog.NOTEBOOKS:
+        code = "\n".join(cell.source for cell in nbformat.read(ROOT / "solutions" / n.filename, as_version=4).cells
+                         if cell.cell_type == "code")
+        loads = sorted(name for name, calls in uses.items() if any(call in code for call in calls))
+        assert loads == sorted(n.data), f"{n.filename} loads {loads}, the catalog says {n.data}"
 
 
 def test_data_source_problem_is_none_for_the_full_data_set(monkeypatch):
@@ -623,6 +671,9 @@ def test_data_source_problem_is_none_for_the_full_data_set(monkeypatch):
         pytest.skip(f"{ALLNAMES} is absent")
     monkeypatch.setenv("TUTOR_NAMES", str(ALLNAMES))
     assert run.data_source_problem() is None
+    monkeypatch.delenv("TUTOR_NAMES")
+    monkeypatch.delenv("TUTOR_SHAKESPEARE", raising=False)
+    assert run.data_source_problem() is None  # the copies that ship in the package
 
 
 def _widget_notebook(ids):

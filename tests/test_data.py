@@ -1,7 +1,9 @@
 """tutor.data: where the names come from, how they are cleaned, split and batched.
 
 These tests never touch the network: `tutor.data.sources.download` is replaced in every test (an autouse
-fixture makes any unexpected call fail), and the cache lives in `tmp_path`.
+fixture makes any unexpected call fail), and the cache lives in `tmp_path`. The names ship in the package
+(`tutor/data/allnames.txt.gz`): offline, that copy is used; the tests of the cache and the download take it
+away first (`unshipped`).
 """
 
 import dataclasses
@@ -12,7 +14,7 @@ import urllib.error
 
 import pytest
 import torch
-from datakit import FakeDownload, isolated  # noqa: F401  (isolated: an autouse fixture)
+from datakit import FakeDownload, damaged_package, isolated, without_package_copy  # noqa: F401  (isolated: autouse)
 
 from conftest import ALLNAMES
 from tutor import data, errors
@@ -24,9 +26,15 @@ LETTERS_ONLY = re.compile(r"^[a-z]+$")
 
 
 @pytest.fixture
-def served(monkeypatch):
+def unshipped(monkeypatch):
+    """The names data set as if it did not ship in the package (to test the cache and the download)."""
+    without_package_copy(monkeypatch, names_module)
+
+
+@pytest.fixture
+def served(monkeypatch, unshipped):
     """The bytes a good download returns: the seed file if present, else a tiny synthetic file
-    (with the module's checksum patched to match)."""
+    (with the module's checksum patched to match). The package copy is taken away."""
     if ALLNAMES.is_file():
         payload = ALLNAMES.read_bytes()
         assert hashlib.sha256(payload).hexdigest() == names_module.SHA256 == names_module.DATA_SET.sha256
@@ -148,25 +156,41 @@ def test_bad_cache_is_reported_deleted_and_replaced(monkeypatch, tmp_path, serve
     assert out.count("\n") == 1 and "failed its checksum" in out and "deleted" in out
 
 
-def test_bad_cache_offline_is_deleted_and_falls_back(monkeypatch, tmp_path, capsys):
+def test_bad_cache_offline_is_deleted_and_is_a_one_line_error(monkeypatch, tmp_path, unshipped):
     cached = tmp_path / "cache" / names_module.FILENAME
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"Lin")
     monkeypatch.setenv("TUTOR_OFFLINE", "1")
-    loaded = data.load_names_with_source()
-    assert loaded.source == "fallback" and not cached.exists()
-    assert "failed its checksum" in capsys.readouterr().out
+    with pytest.raises(errors.NoDataError, match="failed its checksum") as info:
+        data.load_names_with_source()
+    assert not cached.exists() and "\n" not in str(info.value)
 
 
 # -----------------------------------------------------------------------------
-# offline fallback
+# offline: the package copy, else a one-line error (never another list of names)
 
-def check_fallback(loaded):
-    assert loaded.source == "fallback"
-    assert 3000 < len(loaded.names) < 10000
-    assert all(LETTERS_ONLY.match(n) for n in loaded.names)
-    assert len(set(loaded.names)) == len(loaded.names)  # deduplicated
-    assert {"mary", "james", "linda"} <= set(loaded.names)
+def test_offline_the_package_copy_is_used(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TUTOR_OFFLINE", "1")
+    loaded = data.load_names_with_source()
+    assert loaded.source == "package" and len(loaded.names) == data.NUM_NAMES
+    assert loaded.names[:3] == ["linda", "james", "michael"] and data.is_full_data_set(loaded)
+    assert capsys.readouterr().out == "Names: 100,364 from the package (allnames.txt.gz, checksum verified)\n"
+    assert not (tmp_path / "cache").exists()  # nothing cached, nothing downloaded
+    monkeypatch.delenv("TUTOR_OFFLINE")
+    assert data.load_names_with_source(verbose=False).source == "package"  # online too: no download needed
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_corrupted_package_copy_is_never_used(monkeypatch, tmp_path, capsys, damage):
+    cut = {"truncated": lambda b: b[: len(b) // 2], "flipped": lambda b: b[:-20] + bytes([b[-20] ^ 0xFF]) + b[-19:]}
+    damaged_package(monkeypatch, tmp_path, cut[damage])
+    with pytest.raises(errors.NoDataError) as info:
+        data.load_names(offline=True)
+    message = str(info.value)
+    assert message.startswith("No names available (the packaged ") and "\n" not in message
+    assert "allnames.txt.gz failed its checksum and was not used (reinstall the course)" in message
+    assert "To fix it: reinstall the course" in message and "TUTOR_NAMES=/path/to/allnames.txt" in message
+    assert capsys.readouterr().out == ""  # no names were announced: none were loaded
 
 
 @pytest.mark.parametrize("error", [
@@ -174,47 +198,39 @@ def check_fallback(loaded):
     TimeoutError("timed out"),
     urllib.error.URLError(TimeoutError("timed out")),
 ])
-def test_failed_download_falls_back(monkeypatch, tmp_path, capsys, error):
+def test_a_failed_download_without_a_package_copy_is_a_one_line_error(monkeypatch, tmp_path, unshipped, error):
     fake = FakeDownload(error)
     monkeypatch.setattr(sources, "download", fake)
-    loaded = data.load_names_with_source()
-    check_fallback(loaded)
+    with pytest.raises(errors.NoDataError) as info:
+        data.load_names_with_source()
     assert fake.calls == list(names_module.URLS)
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1
-    assert out.startswith(f"Names: {len(loaded.names):,} from the offline fallback")
-    assert "offline (could not download allnames.txt" in out
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("No names available (offline (could not download allnames.txt")
     if isinstance(error, TimeoutError) or isinstance(error.reason, TimeoutError):
-        assert "timed out" in out
+        assert "timed out" in message
     else:
-        assert "no internet connection" in out and "gaierror" not in out and "Errno" not in out
-    # the calm line says how to get the full list, and where it is cached
-    assert f"for all {data.NUM_NAMES:,} names" in out and str(tmp_path / "cache") in out
-    assert "TUTOR_NAMES=" in out
+        assert "no internet connection" in message and "gaierror" not in message and "Errno" not in message
+    # the line says what to do, and where the download would be cached
+    assert str(tmp_path / "cache") in message and "TUTOR_NAMES=/path/to/allnames.txt" in message
     assert not (tmp_path / "cache" / names_module.FILENAME).exists()
 
 
-def test_wrong_checksum_download_falls_back(monkeypatch, tmp_path, capsys):
+def test_wrong_checksum_download_is_never_used_nor_cached(monkeypatch, tmp_path, unshipped):
     monkeypatch.setattr(sources, "download", FakeDownload(b"<html>rate limited</html>\n"))
-    loaded = data.load_names_with_source()
-    check_fallback(loaded)
-    out = capsys.readouterr().out
-    assert "could not download allnames.txt" in out and "checksum mismatch" in out
+    with pytest.raises(errors.NoDataError, match="could not download allnames.txt: checksum mismatch"):
+        data.load_names_with_source()
     assert not (tmp_path / "cache" / names_module.FILENAME).exists()  # never cached
 
 
 @pytest.mark.parametrize("how", ["env", "argument"])
-def test_offline_never_downloads(monkeypatch, capsys, how):
+def test_offline_never_downloads(monkeypatch, unshipped, how):
     fake = FakeDownload(AssertionError("must not be called"))
     monkeypatch.setattr(sources, "download", fake)
     if how == "env":
         monkeypatch.setenv("TUTOR_OFFLINE", "1")
-        loaded = data.load_names_with_source()
-    else:
-        loaded = data.load_names_with_source(offline=True)
+    with pytest.raises(errors.NoDataError, match="no download tried"):
+        data.load_names_with_source(offline=True if how == "argument" else None)
     assert fake.calls == []
-    check_fallback(loaded)
-    assert "offline" in capsys.readouterr().out.split("—", 1)[1]
 
 
 def test_offline_still_uses_a_good_cache(monkeypatch, tmp_path, served):
@@ -224,12 +240,6 @@ def test_offline_still_uses_a_good_cache(monkeypatch, tmp_path, served):
     monkeypatch.setenv("TUTOR_OFFLINE", "1")
     loaded = data.load_names_with_source(verbose=False)
     assert loaded.source == "cache" and len(loaded.names) == expected_count(served)
-
-
-def test_fallback_without_names_package_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(names_module, "FALLBACK_PACKAGE", "no_such_package_for_tutor_tests")
-    with pytest.raises(RuntimeError, match="pip install names"):
-        data.load_names(offline=True, verbose=False)
 
 
 # -----------------------------------------------------------------------------
@@ -391,12 +401,14 @@ def test_is_full_data_set(monkeypatch, tmp_path, served):
     monkeypatch.setattr(sources, "download", FakeDownload(served))
     assert data.is_full_data_set(data.load_names_with_source(verbose=False))  # download
     assert data.is_full_data_set(data.load_names_with_source(verbose=False))  # cache
-    fallback = data.load_names_with_source(verbose=False, offline=True, path=None)
-    assert fallback.source == "cache"  # the cache is still used offline
-    (tmp_path / "cache" / names_module.FILENAME).unlink()
-    assert not data.is_full_data_set(data.load_names_with_source(verbose=False, offline=True))
+    offline = data.load_names_with_source(verbose=False, offline=True, path=None)
+    assert offline.source == "cache" and data.is_full_data_set(offline)  # the cache is still used offline
     small = write(tmp_path / "few.txt", "laika\nmary\n")
     assert not data.is_full_data_set(data.load_names_with_source(small, verbose=False))
+
+
+def test_the_package_copy_is_the_full_data_set():
+    assert data.is_full_data_set(data.load_names_with_source(verbose=False, offline=True))
 
 
 @needs_seed_file

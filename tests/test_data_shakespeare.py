@@ -1,13 +1,14 @@
-"""tutor.data's tiny Shakespeare source: explicit path and environment variable, checksummed cache,
-download (pinned commit, then the branch), offline fallback with its one-line notice; the character
-vocabulary and the 90/10 split. No test touches the network (`tutor.data.sources.download` is replaced)."""
+"""tutor.data's tiny Shakespeare source: explicit path and environment variable, the checksummed copy that
+ships in the package (used offline; a corrupted one never), checksummed cache, download (pinned commit, then
+the branch), and no fallback: nothing else ever stands in for the text; the character vocabulary and the
+90/10 split. No test touches the network (`tutor.data.sources.download` is replaced)."""
 
 import dataclasses
 import hashlib
 
 import pytest
 import torch
-from datakit import FakeDownload, isolated  # noqa: F401  (isolated: an autouse fixture)
+from datakit import FakeDownload, damaged_package, isolated, without_package_copy  # noqa: F401  (isolated: autouse)
 
 from conftest import SHARED
 from tutor import data, errors
@@ -19,14 +20,21 @@ SMALL = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
 
 
 @pytest.fixture
-def small_is_shakespeare(monkeypatch):
-    """Pretend SMALL is the real file (its checksum becomes the pinned one)."""
+def unshipped(monkeypatch):
+    """Tiny Shakespeare as if it did not ship in the package (to test the cache and the download)."""
+    without_package_copy(monkeypatch, shakespeare)
+
+
+@pytest.fixture
+def small_is_shakespeare(monkeypatch, unshipped):
+    """Pretend SMALL is the real file (its checksum becomes the pinned one), and that it does not ship."""
     pinned = dataclasses.replace(shakespeare.DATA_SET, sha256=hashlib.sha256(SMALL).hexdigest())
     monkeypatch.setattr(shakespeare, "DATA_SET", pinned)
 
 
 @needs_seed_file
 def test_the_shared_file_is_tiny_shakespeare(capsys):
+    assert data.load_shakespeare_with_source(SEED, verbose=False).verified
     text = data.load_shakespeare(SEED)
     assert len(text) == shakespeare.SHAKESPEARE_LENGTH == 1_115_394
     assert text.startswith("First Citizen:")
@@ -89,20 +97,47 @@ def test_a_corrupted_cache_is_deleted_and_replaced(monkeypatch, small_is_shakesp
     assert cached.read_bytes() == SMALL
 
 
-def test_wrong_checksum_download_falls_back_in_one_line(monkeypatch, capsys):
+def test_the_package_copy_is_the_real_text_and_is_used_offline(monkeypatch, capsys):
+    monkeypatch.setenv("TUTOR_OFFLINE", "1")
+    loaded = data.load_shakespeare_with_source()
+    assert (loaded.source, loaded.verified, len(loaded.text)) == ("package", True, shakespeare.SHAKESPEARE_LENGTH)
+    assert loaded.text.startswith("First Citizen:") and loaded.location.endswith("tinyshakespeare.txt.gz")
+    assert capsys.readouterr().out == ("Text: 1,115,394 characters from the package (tinyshakespeare.txt.gz, "
+                                       "checksum verified)\n")
+    assert data.CharVocab.from_text(loaded.text).chars == data.SHAKESPEARE_CHARS
+    assert not data.cache_dir().exists()  # nothing cached, nothing downloaded
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_corrupted_package_copy_is_never_used_and_nothing_stands_in(monkeypatch, tmp_path, capsys, damage):
+    damaged_package(monkeypatch, tmp_path, {"truncated": lambda b: b[:-1000], "empty": lambda b: b""}[damage])
+    with pytest.raises(errors.NoDataError) as info:
+        data.load_shakespeare(offline=True)
+    message = str(info.value)
+    assert message.startswith("No tiny Shakespeare available (the packaged ") and "\n" not in message
+    assert "tinyshakespeare.txt.gz failed its checksum and was not used (reinstall the course)" in message
+    assert "To fix it: reinstall the course" in message and "TUTOR_SHAKESPEARE=/path/to/tinyshakespeare.txt" in message
+    assert capsys.readouterr().out == ""  # no text was announced: none was loaded
+
+
+def test_wrong_checksum_download_is_a_one_line_error_and_never_cached(monkeypatch, unshipped):
     monkeypatch.setattr(sources, "download", FakeDownload(b"tampered"))
-    text = data.load_shakespeare()
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "offline fallback" in out and "checksum mismatch" in out
-    assert "names" in out
-    assert set(text) <= set("abcdefghijklmnopqrstuvwxyz\n") and len(text) > 10_000
+    with pytest.raises(errors.NoDataError) as info:
+        data.load_shakespeare()
+    message = str(info.value)
+    assert "\n" not in message and "checksum mismatch" in message and "names" not in message
     assert not (data.cache_dir() / shakespeare.SHAKESPEARE_FILENAME).exists()
 
 
-def test_offline_never_downloads(capsys):
-    loaded = data.load_shakespeare_with_source(offline=True)
-    assert loaded.source == "fallback"
-    assert "offline: no download tried" in capsys.readouterr().out
+def test_offline_never_downloads(unshipped):
+    with pytest.raises(errors.NoDataError, match="offline: no download tried"):
+        data.load_shakespeare_with_source(offline=True)
+
+
+def test_your_own_file_is_verified_only_when_it_is_the_real_text(tmp_path):
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(SMALL)
+    assert not data.load_shakespeare_with_source(mine, verbose=False).verified
 
 
 def test_char_vocab_round_trip_and_errors():

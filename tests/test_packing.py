@@ -59,7 +59,7 @@ def test_pack_names_holds_every_name_once_in_fewer_positions():
 def test_pack_names_uses_few_rows_on_a_real_length_mix():
     import random
 
-    names = random.Random(0).sample(data.load_names(offline=True, verbose=False), 256)  # the offline census names
+    names = random.Random(0).sample(data.load_names(offline=True, verbose=False), 256)  # the names that ship
     X, Y = data.pack_names(items(names))
     needed = sum(len(n) + 1 for n in names) / 16
     assert X.shape[0] <= 1.1 * needed + 1  # best fit, longest first: close to the fewest rows possible

@@ -57,8 +57,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", default="python3", help="kernel name (default python3)")
     p.add_argument("--force", action="store_true", help="as for build: back up and overwrite edited learner notebooks")
     p.add_argument("--partial-data", action="store_true",
-                   help="run even when the names are not the full data set (e.g. the offline fallback); "
-                        "the stored outputs then show fewer names and worse losses")
+                   help="run even when a data set the notebooks load is not the full checksummed one (e.g. "
+                        "TUTOR_NAMES points at a small file); the stored outputs then change")
 
     commands.add_parser("catalog", help="list the notebooks and their exercises",
                         description="Print the notebooks and exercises of tutor.course.catalog as a table.")
@@ -120,12 +120,11 @@ def cmd_build(args) -> int:
 
 def cmd_run(args) -> int:
     solutions, notebooks = _dirs(args)
-    problem = run.data_source_problem()
+    chosen, _ = build.select(build.notebook_files(pathlib.Path(solutions)), args.notebooks_only)
+    problem = run.data_source_problem(chosen) if chosen else None  # only the data sets these notebooks load
     if problem and not args.partial_data:
-        from tutor.data import full_list_hint  # imported here: it imports torch (seconds), needed for this error only
-
         print(f"error: refusing to run: {problem}.\n"
-              f"  To fix it: {full_list_hint()}; or pass --partial-data to run anyway.", file=sys.stderr)
+              "  To run anyway (and not commit the outputs), pass --partial-data.", file=sys.stderr)
         return 2
     if problem:
         print(f"WARNING: --partial-data: {problem}. Do not commit these outputs.", file=sys.stderr)

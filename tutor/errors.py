@@ -40,7 +40,7 @@ class DataFileIsADirectoryError(TutorError, IsADirectoryError):
 
 
 class NoDataError(TutorError, RuntimeError):
-    """No source of a data set at all (no file, no cache, no download, no offline fallback)."""
+    """No source of a data set at all (no file, no good package copy, no cache, no download)."""
 
 
 # The names of these errors from before tiny Shakespeare shared them: the same classes.

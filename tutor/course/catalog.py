@@ -18,6 +18,7 @@ class Notebook:
     title: str
     builds: str  # what the learner builds, for the README table
     minutes: int  # estimated time for a learner
+    data: tuple[str, ...] = ()  # the data sets it loads ("names", "shakespeare"): tutor run checks them
 
     @property
     def filename(self) -> str:
@@ -35,7 +36,8 @@ class Exercise:
 
 NOTEBOOKS = [
     Notebook(1, "01_dot_product_attention", "Dot-product attention on \"laika\"",
-             "one-hot vectors, the similarity matrix, a stable softmax, attention as a weighted average", 60),
+             "one-hot vectors, the similarity matrix, a stable softmax, attention as a weighted average", 60,
+             data=("names",)),
     Notebook(2, "02_queries_keys_values", "Queries, keys and values",
              "scaled dot-product attention and a single attention head", 60),
     Notebook(3, "03_masking", "Masking",
@@ -49,14 +51,17 @@ NOTEBOOKS = [
     Notebook(7, "07_gpt_model", "The GPT model",
              "a GPT with GPT-2 initialisation, and generation with temperature and top-k", 60),
     Notebook(8, "08_training", "Training on a GPU",
-             "the loss, a learning-rate schedule, the training loop, evaluation; sampling new names", 90),
+             "the loss, a learning-rate schedule, the training loop, evaluation; sampling new names", 90,
+             data=("names",)),
     Notebook(9, "09_modern_gpt", "A modern GPT: RoPE, RMSNorm, SwiGLU and the KV cache",
-             "rotary attention, a Llama-style block and GPT, a key/value cache and cached sampling", 90),
+             "rotary attention, a Llama-style block and GPT, a key/value cache and cached sampling", 90,
+             data=("names",)),
     Notebook(10, "10_scaling_up", "Scaling up: Shakespeare, mixed precision and many GPUs",
-             "random text windows, FLOPs and MFU, exact resume, data parallelism with torch.distributed", 90),
+             "random text windows, FLOPs and MFU, exact resume, data parallelism with torch.distributed", 90,
+             data=("shakespeare",)),
     Notebook(11, "11_tokenization", "Tokenization: byte-pair encoding",
              "a byte-level BPE trainer and tokenizer that match tiktoken; "
-             "characters vs BPE tokens in bits per byte", 90),
+             "characters vs BPE tokens in bits per byte", 90, data=("shakespeare",)),
 ]
 
 

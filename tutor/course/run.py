@@ -6,7 +6,7 @@ their pictures and keep stable ids, so that re-running an unchanged notebook cha
 the learner notebooks of the notebooks that ran are rebuilt (``tutor.course.build``).
 
 Public API: :func:`run_solutions`, :func:`execute_solution`, :func:`save_widgets_as_pictures`,
-:func:`stable_widget_ids` and :func:`data_source_problem`.
+:func:`stable_widget_ids`, :func:`data_needed` and :func:`data_source_problem`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import uuid
 import nbformat
 
 from tutor import env
+from tutor.course import catalog
 from tutor.course.build import build, display_path, notebook_bytes, notebook_files, select
 from tutor.errors import TutorError
 from tutor.files import write_atomically
@@ -163,20 +164,50 @@ def run_solutions(solutions_dir, notebooks_dir, only=None, force: bool = False, 
     return status
 
 
-def data_source_problem() -> str | None:
-    """Why the notebooks would not run on the full names data set, or None when they would.
+def data_needed(paths) -> list[str]:
+    """The data sets the solution notebooks at ``paths`` load (``"names"``, ``"shakespeare"``), from the
+    catalog; a notebook the catalog does not know (by its number) may load any of them."""
+    needed = set()
+    for path in paths:
+        prefix = pathlib.Path(path).name.split("_", 1)[0]
+        known = [n for n in catalog.NOTEBOOKS if prefix.isdigit() and n.number == int(prefix)]
+        needed.update(known[0].data if known else ("names", "shakespeare"))
+    return sorted(needed)
 
-    ``tutor run`` stores outputs in the solution notebooks, which everyone reads: outputs from
-    the offline fallback (about 5,000 names) or a small file would replace the real figures.
+
+def data_source_problem(paths=None) -> str | None:
+    """Why the notebooks at ``paths`` (default: all of them) would not run on the full data sets they
+    load, with what to do about it; None when they would.
+
+    ``tutor run`` stores outputs in the solution notebooks, which everyone reads: outputs from a small
+    names file, or from another text than tiny Shakespeare, would replace the real figures. Only the data
+    sets the chosen notebooks load are looked at: notebook 10 does not care about the names.
     """
+    needed = data_needed(paths) if paths is not None else ["names", "shakespeare"]
+    problems = [problem for name in needed if (problem := _problem_with(name))]
+    return ". Also: ".join(problems) or None
+
+
+def _problem_with(name: str) -> str | None:
+    """Why the data set ``name`` is not the full checksummed one, with the fix; None when it is."""
     from tutor import data  # imported here: it imports torch (seconds), which no other job of this module needs
 
     try:
-        loaded = data.load_names_with_source(verbose=False)
-    except TutorError as error:
+        if name == "names":
+            names = data.load_names_with_source(verbose=False)
+            if data.is_full_data_set(names):
+                return None
+            where = names.notice.split(" ", 2)[2].split(" — ")[0]  # "from few.txt (TUTOR_NAMES)"
+            return (f"the notebooks would train on {len(names.names):,} names {where}, not the full data set of "
+                    f"{data.NUM_NAMES:,} names, and their stored outputs would change. To fix it: "
+                    f"{data.full_list_hint()}")
+        text = data.load_shakespeare_with_source(verbose=False)
+        if text.verified:
+            return None
+        where = text.notice.split(" ", 3)[3].split(" — ")[0]  # "from mine.txt (TUTOR_SHAKESPEARE)"
+        return (f"the notebooks would train on {len(text.text):,} characters {where}, not the full tiny "
+                f"Shakespeare ({data.SHAKESPEARE_LENGTH:,} characters, checksummed), and their stored outputs would "
+                f"change. To fix it: unset {env.SHAKESPEARE} (the course ships the text) or set "
+                f"{env.SHAKESPEARE}=/path/to/{data.SHAKESPEARE_FILENAME}")
+    except TutorError as error:  # a bad file of yours, or no data at all: its own one line says what to do
         return error.one_line()
-    if data.is_full_data_set(loaded):
-        return None
-    where = loaded.notice.split(" ", 2)[2].split(" — ")[0]  # "from the offline fallback (...)"
-    return (f"the notebooks would train on {len(loaded.names):,} names {where}, not the full data set "
-            f"of {data.NUM_NAMES:,} names, and their stored outputs would change")

@@ -1,29 +1,30 @@
 """The names data set (notebooks 08 and 09): loading, cleaning and the train/val split.
 
 The full data set is ``allnames.txt``: 100,364 US baby names, 1880 to today, from
-https://github.com/hackerb9/ssa-baby-names. It loads in the order of ``tutor.data.sources`` (your file or
-``TUTOR_NAMES``, the package, the cache, a download); the offline fallback is the ~5,000 US census first
-names shipped inside the ``names`` package (installed with the course), and its notice says how to get the
-full list. Every load prints one line saying which source was used and how many names it gave
-(``verbose=False`` silences it). Names are lowercased and anything outside a-z is dropped.
+https://github.com/hackerb9/ssa-baby-names (US Social Security Administration data, public domain). It
+ships inside the package, gzipped (``tutor/data/allnames.txt.gz``, see ``tutor/data/DATA.md``), so it
+loads offline. It loads in the order of ``tutor.data.sources`` (your file or ``TUTOR_NAMES``, the
+package copy, the cache, a download); with none of them, a one-line ``NoDataError`` says what to do:
+no other list stands in. Every load prints one line saying which source was used and how many names it
+gave (``verbose=False`` silences it). Names are lowercased and anything outside a-z is dropped.
 """
 
 from __future__ import annotations
 
-import importlib.resources
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from tutor import env
-from tutor.data.sources import DataSet, announce, cache_dir, check_text, load
-from tutor.errors import DataFileError, NoDataError
+from tutor.data.sources import DataSet, announce, check_text, load
+from tutor.errors import DataFileError
 from tutor.files import sha256
 from tutor.reference import PAD_X, PAD_Y, alphabet, itos
 
 FILENAME = "allnames.txt"
-# Candidate download URLs, tried in order. The checksum below pins the content, so a changed
-# upstream file is rejected (and we fall back) rather than silently used.
+PACKAGE_FILE = "allnames.txt.gz"  # the copy that ships in tutor/data/ (the checksum is of the unzipped file)
+# Candidate download URLs, tried in order (used only when the package copy is missing or damaged). The
+# checksum below pins the content, so a changed upstream file is rejected rather than silently used.
 # The first is pinned to the upstream commit whose allnames.txt has this checksum; the branch
 # URLs are second candidates (used only while their file still has the same checksum).
 UPSTREAM_COMMIT = "0b1a1316457d55447d1a1f7bfe57ee15e53cc2f0"
@@ -36,10 +37,6 @@ SHA256 = "3c1dcc2ad4cecc470d21f91cd6d839ce48fb0740abf35cf3bebb6d094ba335c1"
 NUM_NAMES = 100_364  # names in that file
 EXPECTED = f"a text file with one name per line, such as {FILENAME}"
 
-FALLBACK_PACKAGE = "names"
-FALLBACK_FILES = ("dist.female.first", "dist.male.first")
-FALLBACK_DESCRIPTION = "the offline fallback (the 'names' package, US census first names)"
-
 LETTERS = frozenset(alphabet) - {itos[PAD_X], itos[PAD_Y]}  # a-z: the alphabet without its two paddings
 MAX_NAME_LETTERS = 40  # a longer "name" is not a name (the longest in allnames.txt has 15 letters)
 
@@ -49,8 +46,8 @@ class LoadedNames:
     """What ``load_names_with_source`` returns: the names and where they came from."""
 
     names: list[str]  # cleaned: lowercase, only a-z, none empty
-    source: str  # "file", "package", "cache", "download" or "fallback"
-    location: str  # the file, URL or package directory the names were read from
+    source: str  # "file", "package", "cache" or "download"
+    location: str  # the file, package file, cache file or URL the names were read from
     notice: str  # the line that was printed (or would have been, with verbose=False)
     dropped_chars: int = 0  # characters outside a-z removed by cleaning
     changed_names: int = 0  # names that lost at least one character
@@ -113,37 +110,11 @@ def check_names_text(data: bytes, where: str) -> list[str]:
 
 
 # -----------------------------------------------------------------------------
-# the offline fallback, and the data set
-
-def fallback_names() -> tuple[list[str], str]:
-    """The first names of the ``names`` package (``MARY  2.629 2.629 1``: first column), deduplicated in
-    order, and its folder."""
-    try:
-        folder = importlib.resources.files(FALLBACK_PACKAGE)
-    except ModuleNotFoundError:
-        raise NoDataError(
-            f"No names available: {FILENAME} is neither cached nor downloadable, and the offline "
-            f"fallback needs the '{FALLBACK_PACKAGE}' package (pip install names). Or point "
-            f"{env.NAMES} at a text file with one name per line."
-        ) from None
-    names = []
-    for filename in FALLBACK_FILES:
-        for line in (folder / filename).read_text(encoding="utf-8").splitlines():
-            fields = line.split()
-            if fields:
-                names.append(fields[0])
-    return list(dict.fromkeys(names)), str(folder)
-
-
-def _fallback() -> tuple[bytes, str]:
-    names, location = fallback_names()
-    return "\n".join(names).encode("utf-8"), location
-
+# the data set
 
 DATA_SET = DataSet(
     name="names", filename=FILENAME, sha256=SHA256, urls=URLS, env_var=env.NAMES,
-    file_label="names file", expected=EXPECTED, check=_check_names,
-    fallback=_fallback, fallback_note=FALLBACK_DESCRIPTION,
+    file_label="names file", expected=EXPECTED, check=_check_names, package_file=PACKAGE_FILE,
 )
 
 
@@ -155,8 +126,8 @@ def _count(n: int, word: str) -> str:
 
 
 def full_list_hint() -> str:
-    """How to get the full data set, in one clause (part of the offline notice)."""
-    return (f"for all {NUM_NAMES:,} names, run once with internet (they are cached in {cache_dir()}) "
+    """How to get the full data set, in one clause (what ``tutor run`` says when the names are partial)."""
+    return (f"unset {DATA_SET.env_var} (the course ships all {NUM_NAMES:,} names, checksummed) "
             f"or set {DATA_SET.env_var}=/path/to/{DATA_SET.filename}")
 
 
@@ -186,7 +157,7 @@ def load_names_with_source(path=None, *, verbose: bool = True,
     if not names:
         what = "no names" if dropped_names == 0 else "no names made of the letters a–z"
         raise DataFileError(f"{loaded.location} contains {what} (expected a text file with one name per line)")
-    remarks = [full_list_hint()] if loaded.source == "fallback" else []
+    remarks = []
     if dropped_chars:
         remarks.append(f"dropped {_count(dropped_chars, 'character')} outside a–z from {_count(changed, 'name')}")
     if dropped_names:
@@ -198,7 +169,7 @@ def load_names_with_source(path=None, *, verbose: bool = True,
 def load_names(path=None, *, verbose: bool = True, offline: bool | None = None) -> list[str]:
     """The names data set as a list of lowercase strings over a-z (see ``load_names_with_source``).
 
-    >>> names = load_names()        # prints e.g. "Names: 100,364 from the cache (...)"
+    >>> names = load_names()        # prints "Names: 100,364 from the package (...)"
     >>> names[:3]
     ['linda', 'james', 'michael']
     """

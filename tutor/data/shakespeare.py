@@ -1,11 +1,11 @@
 """Tiny Shakespeare (notebooks 10 and 11): the text, its character vocabulary and the 90/10 split.
 
-The text is karpathy/char-rnn's ``data/tinyshakespeare/input.txt`` (1,115,394 characters). It loads in the
-order of ``tutor.data.sources`` (your file or ``TUTOR_SHAKESPEARE``, the package, the cache, a download:
-first the file at a pinned commit of char-rnn, then the same path on the master branch). The offline
-fallback: no package on PyPI ships the text and installs cleanly on Python 3.10-3.13, so the ~5,000 first
-names of the ``names`` package (already a dependency) stand in, one per line, as a text stream. A model
-learns to spell names instead of verse; the notice says so.
+The text is karpathy/char-rnn's ``data/tinyshakespeare/input.txt`` (1,115,394 characters, public domain).
+It ships inside the package, gzipped (``tutor/data/tinyshakespeare.txt.gz``, see ``tutor/data/DATA.md``),
+so it loads offline. It loads in the order of ``tutor.data.sources`` (your file or ``TUTOR_SHAKESPEARE``,
+the package copy, the cache, a download: first the file at a pinned commit of char-rnn, then the same path
+on the master branch). With none of them, a one-line ``NoDataError`` says what to do: no other text ever
+stands in for Shakespeare.
 
 Every load prints one line saying which source was used and how many characters it gave.
 """
@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from tutor import env
-from tutor.data.names import fallback_names
 from tutor.data.sources import DataSet, announce, load
 from tutor.errors import DataFileError
 from tutor.files import sha256
 
 SHAKESPEARE_FILENAME = "tinyshakespeare.txt"
+SHAKESPEARE_PACKAGE_FILE = "tinyshakespeare.txt.gz"  # the copy in tutor/data/ (the checksum is of the unzipped text)
 # commit d1d7aa34 of karpathy/char-rnn holds the file with exactly this content (1,115,394 characters)
 SHAKESPEARE_URLS = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/d1d7aa34fdb3626174bce1d753e6cc6845ce7087/"
@@ -31,23 +31,15 @@ SHAKESPEARE_URLS = (
 )
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 SHAKESPEARE_LENGTH = 1_115_394  # characters (all ASCII, so also bytes)
-SHAKESPEARE_FALLBACK_DESCRIPTION = ("the offline fallback: no Shakespeare here, so the first names of the "
-                                    "'names' package stand in, one per line")
 
 # The 65 characters of tiny Shakespeare, in sorted order: newline, space, punctuation, 3, A-Z, a-z.
 SHAKESPEARE_CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-def _names_as_text() -> tuple[bytes, str]:
-    """The offline fallback: the first names of the ``names`` package, lowercased, one per line."""
-    names, location = fallback_names()
-    return ("\n".join(name.lower() for name in names) + "\n").encode("utf-8"), location
-
-
 DATA_SET = DataSet(
     name="tiny Shakespeare", filename=SHAKESPEARE_FILENAME, sha256=SHAKESPEARE_SHA256, urls=SHAKESPEARE_URLS,
     env_var=env.SHAKESPEARE, file_label="text file", expected=f"a text file, such as {SHAKESPEARE_FILENAME}",
-    fallback=_names_as_text, fallback_note=SHAKESPEARE_FALLBACK_DESCRIPTION,
+    package_file=SHAKESPEARE_PACKAGE_FILE,
 )
 
 
@@ -56,9 +48,10 @@ class LoadedText:
     """What ``load_shakespeare_with_source`` returns: the text and where it came from."""
 
     text: str
-    source: str  # "file", "package", "cache", "download" or "fallback"
-    location: str  # the file, URL or package directory the text was read from
+    source: str  # "file", "package", "cache" or "download"
+    location: str  # the file, package file, cache file or URL the text was read from
     notice: str  # the line that was printed (or would have been, with verbose=False)
+    verified: bool = False  # it matched the pinned sha256: the real tiny Shakespeare, all of it
 
 
 def load_shakespeare_with_source(path=None, *, verbose: bool = True, offline: bool | None = None) -> LoadedText:
@@ -71,16 +64,17 @@ def load_shakespeare_with_source(path=None, *, verbose: bool = True, offline: bo
     text = loaded.text
     if not text:
         raise DataFileError(f"{loaded.location} is empty (expected a text file)")
+    verified = loaded.source != "file"  # the package copy, the cache and a download are checked in load()
     if loaded.source == "file" and sha256(loaded.data) == DATA_SET.sha256:  # your own copy of the real text
-        loaded = replace(loaded, where=loaded.where + ", checksum verified")
+        loaded, verified = replace(loaded, where=loaded.where + ", checksum verified"), True
     notice = announce(f"Text: {len(text):,} characters", loaded, verbose=verbose)
-    return LoadedText(text, loaded.source, loaded.location, notice)
+    return LoadedText(text, loaded.source, loaded.location, notice, verified)
 
 
 def load_shakespeare(path=None, *, verbose: bool = True, offline: bool | None = None) -> str:
     """Tiny Shakespeare as one string (see ``load_shakespeare_with_source``).
 
-    >>> text = load_shakespeare()   # prints e.g. "Text: 1,115,394 characters from the cache (...)"
+    >>> text = load_shakespeare()   # prints "Text: 1,115,394 characters from the package (...)"
     >>> text[:14]
     'First Citizen:'
     """

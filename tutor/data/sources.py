@@ -1,18 +1,20 @@
 """Where a data set comes from: one loading order for every data set (the names, tiny Shakespeare).
 
-A ``DataSet`` describes one (its file name, sha256, download URLs, environment variable, offline fallback);
+A ``DataSet`` describes one (its file name, sha256, download URLs, environment variable, packaged copy);
 ``load(data_set, path)`` returns its bytes from the first source that has them:
 
 1. ``path=``: your own file. A missing file, a directory or a file that is not text is a one-line error
    (``tutor.errors.DataFileError`` and friends): we never silently use something else.
 2. The data set's environment variable (``TUTOR_NAMES``, ``TUTOR_SHAKESPEARE``): the same, for every load.
-3. The package: a copy shipped inside ``tutor/data/``, if the data set declares one, checksum verified
-   (a copy that fails it is never used; the notice says so).
+3. The package: a copy shipped inside ``tutor/data/``, if the data set declares one (gzipped when its name
+   ends in ``.gz``), checksum verified on the decompressed bytes (a copy that fails it is never used; the
+   notice says so). Both data sets of the course ship this way, so the course runs offline by construction.
 4. The cache (``cache_dir()``, moved by ``TUTOR_CACHE_DIR``), checksum verified. A bad copy (a truncated
    download, an edited file) is deleted, so that it gets replaced.
 5. A download into the cache: the pinned URLs in order, ``TIMEOUT`` seconds each, checksum verified, written
    atomically. ``offline=True`` or ``TUTOR_OFFLINE=1`` skips it (the cache is still used).
-6. The data set's offline fallback, if it has one; otherwise a one-line ``NoDataError``.
+6. Otherwise a one-line ``NoDataError`` that says what to do. There is no fallback: a missing data set is
+   never silently replaced by another text.
 
 Every load prints one line saying which source was used (``announce``; ``verbose=False`` silences it).
 ``download`` is the only function here that touches the network: tests replace it.
@@ -20,11 +22,13 @@ Every load prints one line saying which source was used (``announce``; ``verbose
 
 from __future__ import annotations
 
+import gzip
 import importlib.resources
 import os
 import socket
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,15 +50,13 @@ class DataSet:
 
     name: str  # in messages: "names", "tiny Shakespeare"
     filename: str  # its name in the cache (and in the package, where it ships)
-    sha256: str  # of the real file: the cache, the package copy and every download must match it
+    sha256: str  # of the real file: the cache, the (decompressed) package copy and every download must match it
     urls: tuple[str, ...]  # download candidates, tried in order (the first pinned to a commit)
     env_var: str  # the environment variable naming your own file, e.g. ``tutor.env.NAMES``
     file_label: str  # your own file, in errors: "names file", "text file"
     expected: str  # what such a file holds, in errors: "a text file with one name per line, such as ..."
     check: Callable[[str, str], object] | None = None  # (text, where): one more check of your file, raises
-    package_file: str | None = None  # a copy shipped inside ``tutor/data/`` (same sha256), or None
-    fallback: Callable[[], tuple[bytes, str]] | None = None  # () -> (bytes, location), when all else fails
-    fallback_note: str = ""  # how the notice names the fallback: "the offline fallback (...)"
+    package_file: str | None = None  # a copy shipped inside ``tutor/data/`` (``.gz``: gzipped), or None
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class Loaded:
     """What ``load`` returns: the bytes of a data set and where they came from."""
 
     data: bytes
-    source: str  # "file", "package", "cache", "download" or "fallback"
-    location: str  # the file, package file, URL or package directory it was read from
+    source: str  # "file", "package", "cache" or "download"
+    location: str  # the file, package file, cache file or URL it was read from
     where: str  # the notice's part about the source: "from pets.txt", "from the cache (...)", ...
     remarks: tuple[str, ...] = ()  # what went wrong on the way (a bad cache, no internet), for the notice
 
@@ -123,7 +125,8 @@ def _from_user_file(data_set: DataSet, path, env_var: str | None = None) -> Load
 
 
 def _from_package(data_set: DataSet, remarks: list[str]) -> Loaded | None:
-    """The copy shipped inside the package, if the data set has one and it verifies."""
+    """The copy shipped inside the package, if the data set has one and it verifies (a ``.gz`` copy is
+    decompressed first; the checksum is that of the decompressed bytes)."""
     if data_set.package_file is None:
         return None
     resource = importlib.resources.files(PACKAGE) / data_set.package_file
@@ -131,6 +134,11 @@ def _from_package(data_set: DataSet, remarks: list[str]) -> Loaded | None:
         remarks.append(f"the packaged {data_set.package_file} is missing (reinstall the course)")
         return None
     data = resource.read_bytes()
+    if data_set.package_file.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):  # not gzip, or truncated: as bad as a wrong checksum
+            data = b""
     if sha256(data) != data_set.sha256:
         remarks.append(f"the packaged {resource} failed its checksum and was not used (reinstall the course)")
         return None
@@ -182,13 +190,13 @@ def _from_download(data_set: DataSet, remarks: list[str]) -> Loaded | None:
     return None
 
 
-def _from_fallback(data_set: DataSet, remarks: list[str]) -> Loaded:
-    """The data set's offline fallback, or a one-line ``NoDataError`` when it has none."""
-    if data_set.fallback is None:
-        raise NoDataError(f"No {data_set.name} available ({'; '.join(remarks)}). Point {data_set.env_var} at "
-                          f"{data_set.expected}")
-    data, location = data_set.fallback()
-    return Loaded(data, "fallback", location, f"from {data_set.fallback_note}")
+def _no_data(data_set: DataSet, remarks: list[str]) -> NoDataError:
+    """The one-line error when no source has the data set: what went wrong, then what to do."""
+    fixes = ["reinstall the course (it ships a checksummed copy)"] if data_set.package_file else []
+    fixes += [f"run once with internet (it is then cached in {cache_dir()})",
+              f"set {data_set.env_var}=/path/to/{data_set.filename}"]
+    return NoDataError(f"No {data_set.name} available ({'; '.join(remarks)}). To fix it: "
+                       f"{', '.join(fixes[:-1])} or {fixes[-1]}")
 
 
 def _describe(error: BaseException) -> str:
@@ -233,7 +241,7 @@ def load(data_set: DataSet, path=None, *, offline: bool | None = None) -> Loaded
         else:
             found = _from_download(data_set, remarks)
     if found is None:
-        found = _from_fallback(data_set, remarks)
+        raise _no_data(data_set, remarks)
     return replace(found, remarks=tuple(remarks))
 
 

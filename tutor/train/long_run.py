@@ -123,12 +123,20 @@ class _StopFlag:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 raise KeyboardInterrupt
             self.set = True
-            print("\nCtrl-C: finishing this step, saving a checkpoint and stopping "
-                  "(press Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+            print("\n" + self.message(signum), file=sys.stderr, flush=True)
 
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
         return self
+
+    @staticmethod
+    def message(signum: int) -> str:
+        """The line the run prints when a signal asks it to stop: it names the signal it got."""
+        if signum == signal.SIGTERM:
+            return ("SIGTERM (the scheduler, or `kill`, asked the job to stop): finishing this step, saving a "
+                    "checkpoint and stopping")
+        return ("Ctrl-C (SIGINT): finishing this step, saving a checkpoint and stopping "
+                "(press Ctrl-C again to stop at once)")
 
     def uninstall(self):
         if self.previous is not None:
