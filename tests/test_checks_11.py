@@ -8,6 +8,7 @@ import regex
 import torch
 from checkkit import not_done, passes, rejects, stub
 
+from conftest import SHARED
 from tutor import checks
 from tutor import reference as ref
 
@@ -212,6 +213,16 @@ def mp_tuple(ids, pair, new_id):
     return tuple(ref.merge_pair(ids, pair, new_id))
 
 
+def mp_string_replace(ids, pair, new_id):
+    text = " ".join(str(i) for i in ids).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(x) for x in text.split()]
+
+
+def mp_list_string_replace(ids, pair, new_id):
+    text = str(ids)[1:-1].replace(f"{pair[0]}, {pair[1]}", str(new_id))
+    return [int(x) for x in text.split(", ")] if text else []
+
+
 def test_merge_pair_rejects():
     rejects(checks.merge_pair, mp_overlapping, "overlapping occurrences", "[new_id, 7]")
     rejects(checks.merge_pair, mp_in_place, "changed the list it was given")
@@ -223,6 +234,8 @@ def test_merge_pair_rejects():
     rejects(checks.merge_pair, mp_keeps_pair, "longer than the input")
     rejects(checks.merge_pair, mp_no_skip, "skip both ids")
     rejects(checks.merge_pair, mp_tuple, "should return a list")
+    rejects(checks.merge_pair, mp_string_replace, "string of the ids", "'11 22' contains '1 2'")
+    rejects(checks.merge_pair, mp_list_string_replace, "string of the ids", "compare ids")
 
 
 # --- train_bpe -----------------------------------------------------------------------------------
@@ -231,7 +244,8 @@ def test_merge_pair_rejects():
 def learner_train(text, vocab_size, special_tokens=(), *,
                   tie=lambda counts, vocab, p: (counts[p], vocab[p[0]], vocab[p[1]]),
                   pretokenize=lambda piece: PATTERN.findall(piece), split_special=True, weighted=True,
-                  n_merges=None, specials_first=False, check_size=True, byte_merges=True, join_specials=False):
+                  n_merges=None, specials_first=False, check_size=True, byte_merges=True, join_specials=False,
+                  code_points=False, min_count=1, special_order=list):
     """A learner's trainer (the naive one), with one knob per mistake."""
     if check_size and vocab_size < 256 + len(special_tokens):
         raise ValueError("vocab_size too small")
@@ -247,7 +261,12 @@ def learner_train(text, vocab_size, special_tokens=(), *,
         words.update(pretokenize(piece))
     if not weighted:
         words = Counter(set(words))
-    seqs = {tuple(w.encode()): n for w, n in words.items()}
+    def start(w):
+        if code_points == "latin-1":
+            return tuple(w.encode("latin-1", errors="ignore"))
+        return tuple(ord(c) for c in w) if code_points else tuple(w.encode())
+
+    seqs = {start(w): n for w, n in words.items()}
     vocab = {i: bytes([i]) for i in range(256)}
     merges = []
     total = n_merges if n_merges is not None else vocab_size - 256 - len(special_tokens)
@@ -259,6 +278,8 @@ def learner_train(text, vocab_size, special_tokens=(), *,
         if not counts:
             break
         best = max(counts, key=lambda p: tie(counts, vocab, p))
+        if counts[best] < min_count:
+            break
         seqs = {tuple(ref.merge_pair(list(s), best, new_id)): n for s, n in seqs.items()}
         merges.append((vocab[best[0]], vocab[best[1]]) if byte_merges else best)
         vocab[new_id] = vocab[best[0]] + vocab[best[1]]
@@ -266,7 +287,7 @@ def learner_train(text, vocab_size, special_tokens=(), *,
         shifted = {i: s.encode() for i, s in enumerate(special_tokens)}
         shifted.update({i + len(special_tokens): b for i, b in vocab.items()})
         return shifted, merges
-    for s in special_tokens:
+    for s in special_order(special_tokens):
         vocab[len(vocab)] = s.encode()
     return vocab, merges
 
@@ -328,6 +349,38 @@ def tb_id_merges(text, vocab_size, special_tokens=()):
     return learner_train(text, vocab_size, special_tokens, byte_merges=False)
 
 
+def tb_ascii_letters(text, vocab_size, special_tokens=()):
+    ascii_only = regex.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+""")
+    return learner_train(text, vocab_size, special_tokens, pretokenize=ascii_only.findall)
+
+
+def tb_word_characters(text, vocab_size, special_tokens=()):
+    words = regex.compile(r"""'(?:[sdmt]|ll|ve|re)| ?\w+| ?[^\s\w]+|\s+(?!\S)|\s+""")
+    return learner_train(text, vocab_size, special_tokens, pretokenize=words.findall)
+
+
+def tb_case_insensitive(text, vocab_size, special_tokens=()):
+    gpt4ish = regex.compile(r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+    return learner_train(text, vocab_size, special_tokens, pretokenize=gpt4ish.findall)
+
+
+def tb_code_points(text, vocab_size, special_tokens=()):
+    return learner_train(text, vocab_size, special_tokens, code_points=True)
+
+
+def tb_latin1(text, vocab_size, special_tokens=()):
+    """Code points where they fit in a byte: word.encode("latin-1", errors="ignore")."""
+    return learner_train(text, vocab_size, special_tokens, code_points="latin-1")
+
+
+def tb_stops_at_one(text, vocab_size, special_tokens=()):
+    return learner_train(text, vocab_size, special_tokens, min_count=2)
+
+
+def tb_sorted_specials(text, vocab_size, special_tokens=()):
+    return learner_train(text, vocab_size, special_tokens, special_order=sorted)
+
+
 def test_train_bpe_rejects():
     passes(checks.train_bpe, tb_correct)  # the learner-style trainer itself is right
     rejects(checks.train_bpe, tb_tie_smaller, "tie was broken the wrong way", "greater")
@@ -343,6 +396,13 @@ def test_train_bpe_rejects():
     rejects(checks.train_bpe, tb_unweighted, "how often the pre-token occurs")
     rejects(checks.train_bpe, tb_no_size_check, "accepted vocab_size=257", "ValueError")
     rejects(checks.train_bpe, tb_id_merges, "(bytes, bytes)", "not their ids")
+    rejects(checks.train_bpe, tb_ascii_letters, "only ASCII letters", "\\p{L}")
+    rejects(checks.train_bpe, tb_word_characters, "\\w", "digits and '_'")
+    rejects(checks.train_bpe, tb_case_insensitive, "case-insensitively")
+    rejects(checks.train_bpe, tb_code_points, "code point", "utf-8")
+    rejects(checks.train_bpe, tb_latin1, "code point", "utf-8")
+    rejects(checks.train_bpe, tb_stops_at_one, "occurs only once", "vocab_size")
+    rejects(checks.train_bpe, tb_sorted_specials, "sorted order", "order given")
 
 
 # --- BPETokenizer --------------------------------------------------------------------------------
@@ -351,14 +411,13 @@ def test_train_bpe_rejects():
 class LearnerTokenizer:
     """A learner's tokenizer, written plainly; the subclasses below each make one mistake."""
 
+    pattern = PATTERN
+
     def __init__(self, vocab, merges, special_tokens=None):
         self.vocab = dict(vocab)
         self.special_tokens = list(special_tokens or [])
         self.ids = self.bytes_to_ids()
-        for s in self.special_tokens:
-            if s.encode() not in self.ids:
-                self.vocab[len(self.vocab)] = s.encode()
-                self.ids[s.encode()] = len(self.vocab) - 1
+        self.add_specials()
         self.ranks = {(self.ids[a], self.ids[b]): r for r, (a, b) in enumerate(merges)}
         self.merged = {(self.ids[a], self.ids[b]): self.ids[a + b] for a, b in merges}
 
@@ -367,6 +426,12 @@ class LearnerTokenizer:
         for i, b in sorted(self.vocab.items()):
             ids.setdefault(b, i)
         return ids
+
+    def add_specials(self):
+        for s in self.special_tokens:
+            if s.encode() not in self.ids:
+                self.vocab[max(self.vocab) + 1] = s.encode()
+                self.ids[s.encode()] = max(self.vocab)
 
     def special_order(self):
         return sorted(self.special_tokens, key=len, reverse=True)
@@ -378,10 +443,13 @@ class LearnerTokenizer:
         return [p for p in regex.split(pattern, text) if p]
 
     def pretokens(self, piece):
-        return PATTERN.findall(piece)
+        return self.pattern.findall(piece)
+
+    def start(self, word):
+        return [self.ids[bytes([b])] for b in word.encode("utf-8")]
 
     def encode_word(self, word):
-        ids = list(word.encode())
+        ids = self.start(word)
         while len(ids) > 1:
             pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, math.inf))
             if pair not in self.ranks:
@@ -403,12 +471,22 @@ class LearnerTokenizer:
         return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors="replace")
 
     def encode_iterable(self, lines):
-        yield from self.encode("".join(lines))  # simple, if not lean on memory
+        # a learner's way to stay lean: encode up to the last blank-free line end seen, keep the rest
+        buffer = ""
+        for line in lines:
+            buffer += line
+            cut = buffer.rfind("\n", 0, max(0, len(buffer) - 1))
+            while cut > 0 and (buffer[cut - 1].isspace() or buffer[cut + 1:cut + 2].isspace()):
+                cut = buffer.rfind("\n", 0, cut)
+            if cut > 0 and not any(s[:1] in buffer[cut:] for s in self.special_tokens):
+                yield from self.encode(buffer[:cut])
+                buffer = buffer[cut:]
+        yield from self.encode(buffer)
 
 
 class ByFrequency(LearnerTokenizer):
     def encode_word(self, word):
-        ids = list(word.encode())
+        ids = self.start(word)
         while True:
             counts = ref.count_pairs(ids)
             known = [p for p in counts if p in self.ranks]
@@ -416,6 +494,62 @@ class ByFrequency(LearnerTokenizer):
                 return ids
             pair = max(known, key=counts.get)
             ids = ref.merge_pair(ids, pair, self.merged[pair])
+
+
+class ByteValueIds(LearnerTokenizer):
+    """The course's layout assumed: id = byte value (what notebook 11's solution did before)."""
+
+    def start(self, word):
+        return list(word.encode("utf-8"))
+
+
+class LongestMatch(LearnerTokenizer):
+    def encode_word(self, word):
+        data, out, i = word.encode(), [], 0
+        while i < len(data):
+            for j in range(len(data), i, -1):
+                if data[i:j] in self.ids:
+                    out.append(self.ids[data[i:j]])
+                    i = j
+                    break
+        return out
+
+
+class LeftmostPair(LearnerTokenizer):
+    def encode_word(self, word):
+        ids = self.start(word)
+        merged = True
+        while merged:
+            merged = False
+            for k in range(len(ids) - 1):
+                if (ids[k], ids[k + 1]) in self.ranks:
+                    ids[k:k + 2] = [self.merged[(ids[k], ids[k + 1])]]
+                    merged = True
+                    break
+        return ids
+
+
+class MergedIdIsRank(LearnerTokenizer):
+    def __init__(self, vocab, merges, special_tokens=None):
+        super().__init__(vocab, merges, special_tokens)
+        self.ranks = {pair: self.merged[pair] for pair in self.ranks}  # tiktoken's convention
+
+
+class CodePoints(LearnerTokenizer):
+    def start(self, word):
+        return [self.ids[bytes([ord(c)])] for c in word]
+
+
+class AsciiLetters(LearnerTokenizer):
+    pattern = regex.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+""")
+
+
+class CaseInsensitiveContractions(LearnerTokenizer):
+    pattern = regex.compile(r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+class NoLookahead(LearnerTokenizer):
+    pattern = regex.compile(r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+""")
 
 
 class NoPretokens(LearnerTokenizer):
@@ -431,6 +565,32 @@ class SplitsSpecials(LearnerTokenizer):
 class ShorterSpecialFirst(LearnerTokenizer):
     def special_order(self):
         return sorted(self.special_tokens, key=len)
+
+
+class SortedSpecials(LearnerTokenizer):
+    def add_specials(self):
+        for s in sorted(self.special_tokens):
+            if s.encode() not in self.ids:
+                self.vocab[max(self.vocab) + 1] = s.encode()
+                self.ids[s.encode()] = max(self.vocab)
+
+
+class SpecialsAlwaysAppended(LearnerTokenizer):
+    def add_specials(self):
+        for s in self.special_tokens:
+            self.vocab[max(self.vocab) + 1] = s.encode()
+            self.ids[s.encode()] = max(self.vocab)
+
+
+class SpecialsAtTheEnd(LearnerTokenizer):
+    def add_specials(self):
+        n = len(self.special_tokens)
+        for k, s in enumerate(self.special_tokens):
+            if s.encode() in self.ids:  # assumed to be the last ids of vocab
+                self.ids[s.encode()] = max(self.vocab) - n + 1 + k
+            else:
+                self.vocab[max(self.vocab) + 1] = s.encode()
+                self.ids[s.encode()] = max(self.vocab)
 
 
 class DecodesTokenByToken(LearnerTokenizer):
@@ -460,18 +620,19 @@ class DropsLineEnds(LearnerTokenizer):
             yield from self.encode(line.rstrip("\n"))
 
 
+class ReadsEverything(LearnerTokenizer):
+    def encode_iterable(self, lines):
+        yield from self.encode("".join(lines))
+
+
 class HigherDuplicate(LearnerTokenizer):
     def bytes_to_ids(self):
         return {b: i for i, b in self.vocab.items()}  # a later id overwrites an earlier one
 
 
 class SpecialsMustBeInVocab(LearnerTokenizer):
-    def __init__(self, vocab, merges, special_tokens=None):
-        self.vocab = dict(vocab)
-        self.special_tokens = list(special_tokens or [])
-        self.ids = self.bytes_to_ids()
-        self.ranks = {(self.ids[a], self.ids[b]): r for r, (a, b) in enumerate(merges)}
-        self.merged = {(self.ids[a], self.ids[b]): self.ids[a + b] for a, b in merges}
+    def add_specials(self):
+        pass
 
 
 class NoEncodeIterable(LearnerTokenizer):
@@ -481,17 +642,41 @@ class NoEncodeIterable(LearnerTokenizer):
 def test_bpe_tokenizer_rejects():
     passes(checks.BPETokenizer, LearnerTokenizer)  # the plain learner tokenizer is right
     rejects(checks.BPETokenizer, ByFrequency, "by how often each pair occurs", "order they were learned")
+    rejects(checks.BPETokenizer, ByteValueIds, "byte values as ids", "take every id from vocab")
+    rejects(checks.BPETokenizer, LongestMatch, "matches the longest vocabulary entry", "order they were learned")
+    rejects(checks.BPETokenizer, LeftmostPair, "leftmost pair", "lowest rank")
+    rejects(checks.BPETokenizer, MergedIdIsRank, "rank was taken to be the id", "place in `merges`")
+    rejects(checks.BPETokenizer, CodePoints, "code point", "utf-8")
+    rejects(checks.BPETokenizer, AsciiLetters, "only ASCII letters", "\\p{L}")
+    rejects(checks.BPETokenizer, CaseInsensitiveContractions, "case-insensitively", "O'SULLIVAN")
+    rejects(checks.BPETokenizer, NoLookahead, "look-ahead")
     rejects(checks.BPETokenizer, NoPretokens, "not pre-tokenized")
     rejects(checks.BPETokenizer, SplitsSpecials, "special token was split")
     rejects(checks.BPETokenizer, ShorterSpecialFirst, "shorter was taken", "longest first")
+    rejects(checks.BPETokenizer, SortedSpecials, "sorted order", "order given")
+    rejects(checks.BPETokenizer, SpecialsAlwaysAppended, "already in vocab keeps its id")
+    rejects(checks.BPETokenizer, SpecialsAtTheEnd, "already in vocab keeps its id")
     rejects(checks.BPETokenizer, DecodesTokenByToken, "decoded on its own", "join all the bytes first")
     rejects(checks.BPETokenizer, StrictDecode, "not valid UTF-8", "errors='replace'")
     rejects(checks.BPETokenizer, IgnoreDecode, "dropped bytes", "errors='ignore'")
     rejects(checks.BPETokenizer, LineByLine, "each line was encoded on its own")
     rejects(checks.BPETokenizer, DropsLineEnds, "line ends were dropped")
+    rejects(checks.BPETokenizer, ReadsEverything, "before it gave the first id", "memory")
     rejects(checks.BPETokenizer, HigherDuplicate, "higher one", "lower id")
     rejects(checks.BPETokenizer, SpecialsMustBeInVocab, "next free id")
     rejects(checks.BPETokenizer, NoEncodeIterable, "encode_iterable")
+
+
+def test_the_layout_bound_tokenizer_is_rejected_and_the_reference_knows_gpt2s():
+    """The tokenizer of notebook 11 before it took ids from vocab passed every check; now it does not."""
+    result = checks.BPETokenizer(ByteValueIds)
+    assert not result.passed and "GPT-2's layout" in str(result)
+    vocab, merges = ref.train_bpe("the cat sat on the mat. " * 5, 270)
+    gpt2_like = {k: bytes([b]) for k, b in enumerate(sorted(range(256), key=lambda b: (b < 33, b)))}
+    gpt2_like.update({i: t for i, t in vocab.items() if i >= 256})
+    text = "the cat sat"
+    assert ref.BPETokenizer(gpt2_like, merges).decode(ref.BPETokenizer(gpt2_like, merges).encode(text)) == text
+    assert ByteValueIds(gpt2_like, merges).decode(ByteValueIds(gpt2_like, merges).encode(text)) != text
 
 
 # --- bits_per_byte -------------------------------------------------------------------------------
@@ -543,3 +728,23 @@ def test_bits_per_byte_rejects():
     rejects(checks.bits_per_byte, bpb_tensor, "returned a tensor", "Python float")
     rejects(checks.bits_per_byte, bpb_item, "float or a 0-d tensor")
     rejects(checks.bits_per_byte, bpb_string, "returned a string")
+
+
+GPT2_FILES = SHARED / "data" / "gpt2"
+
+
+@pytest.mark.skipif(not (GPT2_FILES / "encoder.json").exists(), reason="../shared/data/gpt2 is not here")
+def test_a_tokenizer_that_passes_the_check_gives_tiktokens_ids_on_gpt2s_vocabulary():
+    """Done when: a learner's tokenizer that passes gives tiktoken's GPT-2 ids; the layout-bound one does not."""
+    from test_reference_11 import MIXED
+
+    from tutor.data import gpt2 as gpt2_data
+
+    passes(checks.BPETokenizer, LearnerTokenizer)
+    files = gpt2_data.GPT2Files(GPT2_FILES / "encoder.json", GPT2_FILES / "vocab.bpe", "test")
+    vocab, merges = ref.read_vocab_files(files.encoder, files.merges)
+    enc = gpt2_data.tiktoken_gpt2(files)
+    text = MIXED + (SHARED / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")[:200_000]
+    expected = enc.encode(text, allowed_special={"<|endoftext|>"})
+    assert LearnerTokenizer(vocab, merges, ["<|endoftext|>"]).encode(text) == expected
+    assert ByteValueIds(vocab, merges, ["<|endoftext|>"]).encode(text) != expected

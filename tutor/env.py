@@ -8,6 +8,8 @@
 | ``TUTOR_OFFLINE`` | never try a download | ``tutor.data`` |
 | ``TUTOR_NAMES`` | your own names file, one name per line | ``tutor.data.names`` |
 | ``TUTOR_SHAKESPEARE`` | your own text file instead of tiny Shakespeare | ``tutor.data.shakespeare`` |
+| ``TUTOR_GPT2_ENCODER`` | your copy of GPT-2's ``encoder.json`` (notebook 11's last section) | ``tutor.data.gpt2`` |
+| ``TUTOR_GPT2_MERGES`` | your copy of GPT-2's ``vocab.bpe`` | ``tutor.data.gpt2`` |
 | ``TUTOR_CACHE_DIR`` | where downloaded data sets are cached | ``tutor.data.sources`` |
 | ``TUTOR_PROGRESS`` | ``0`` records no progress on disk | ``tutor.course.progress`` |
 | ``TUTOR_PROGRESS_FILE`` | where progress is recorded | ``tutor.course.progress`` |
@@ -29,6 +31,8 @@ STRICT = "TUTOR_STRICT"
 OFFLINE = "TUTOR_OFFLINE"
 NAMES = "TUTOR_NAMES"
 SHAKESPEARE = "TUTOR_SHAKESPEARE"
+GPT2_ENCODER = "TUTOR_GPT2_ENCODER"
+GPT2_MERGES = "TUTOR_GPT2_MERGES"
 CACHE_DIR = "TUTOR_CACHE_DIR"
 PROGRESS = "TUTOR_PROGRESS"
 PROGRESS_FILE = "TUTOR_PROGRESS_FILE"

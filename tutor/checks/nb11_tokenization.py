@@ -3,6 +3,7 @@ bits_per_byte). Every case uses a short text, so each check runs in a fraction o
 
 import math
 
+import regex
 import torch
 
 from tutor.checks.compare import expect_equal
@@ -111,6 +112,7 @@ def merge_pair(fn):
         ([1, 2], (2, 1), 258),
         ([8, 9], (8, 9), 259),
         ([], (1, 2), 260),
+        ([11, 22, 1, 2, 12, 1, 2], (1, 2), 300),
     ]
     for ids, pair, new_id in cases:
         label = f"merge_pair({ids}, {pair}, {new_id})"
@@ -128,6 +130,11 @@ def merge_pair(fn):
             if got == expected:
                 continue
             details = [f"expected {expected}", f"got      {got}"]
+            if got in _by_string_replacement(ids, pair, new_id):
+                raise Mismatch("the pair was replaced in a string of the ids, where it also matches inside other "
+                               "ids ('11 22' contains '1 2')", details,
+                               hint="compare ids, not text: walk the list with an index i and check "
+                                    "ids[i] == pair[0] and ids[i + 1] == pair[1]")
             a, b = pair
             if ids[:3] == [7, 7, 7] and got == ref.merge_pair(ids[::-1], pair[::-1], new_id)[::-1]:
                 raise Mismatch("the pairs are merged from the right", details,
@@ -180,6 +187,20 @@ def merge_pair(fn):
     return f"{len(cases)} cases"
 
 
+def _by_string_replacement(ids, pair, new_id):
+    """What replacing the pair in the ids written as text gives (with spaces, or as str(list))."""
+    a, b = pair
+    spaced = " ".join(map(str, ids)).replace(f"{a} {b}", str(new_id))
+    listed = str(list(ids)).replace(f"{a}, {b}", str(new_id))
+    out = []
+    for text in (spaced, listed.strip("[]").replace(",", " ")):
+        try:
+            out.append([int(x) for x in text.split()])
+        except ValueError:
+            continue
+    return out
+
+
 # --- train_bpe -----------------------------------------------------------------------------------
 
 TRAIN_TEXT = ("the cat sat on the mat. the cat ate the rat! that's that, isn't it? "
@@ -187,10 +208,36 @@ TRAIN_TEXT = ("the cat sat on the mat. the cat ate the rat! that's that, isn't i
 TIE_TEXT = "ab ab cd cd xyz xyz"  # (a, b) and (c, d) tie: the greater, (c, d), comes first
 SPECIAL_TEXT = ("to be<|endoftext|>or not<|endoftext|>to be<|endoftext|><|endoftext|>"
                 "that is<|endoftext|>the question<|endoftext|>") * 3
+# Letters and digits of every script, contractions only in lower case, runs of spaces (GPT-2's pattern).
+PATTERN_TEXT = ("naïve café, Ça va? 日本語 Ελληνικά ٣٤٥ x² O'SULLIVAN and O'DONNELL said IT'S snake_case abc123 "
+                "we'll   see,\n\n  then  done. ")
+ONCE_TEXT = "the quick brown fox jumps over a lazy dog"  # almost every pair occurs once: they are merged all the same
+TWO_SPECIALS = ("<|pad|>", EOT)  # given in this order, which is not sorted
+GPT2_WITHOUT_CONTRACTIONS = r"""\p{L}+| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+WRONG_PATTERNS = [  # (the cause, a pattern a learner might write instead of GPT-2's)
+    ("the pre-tokenizer knows only ASCII letters and digits ([a-zA-Z], [0-9]): GPT-2's pattern has \\p{L} and \\p{N}, "
+     "the letters and digits of every script (é, 日, ٣), which needs the `regex` package",
+     r"""'(?:[sdmt]|ll|ve|re)| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+"""),
+    ("the pre-tokenizer uses \\w for letters: \\w also matches digits and '_', so 'abc123' and 'snake_case' stay one "
+     "pre-token; GPT-2's pattern keeps \\p{L}+ (letters) and \\p{N}+ (digits) apart",
+     r"""'(?:[sdmt]|ll|ve|re)| ?\w+| ?[^\s\w]+|\s+(?!\S)|\s+"""),
+    ("the contractions are matched case-insensitively (\"'S\" in \"O'SULLIVAN\" or \"IT'S\"): GPT-2's pattern is "
+     "case-sensitive, '(?:[sdmt]|ll|ve|re) matches only lower case (GPT-4's pattern is the one with (?i:...))",
+     r"""(?i:'(?:[sdmt]|ll|ve|re))| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""),
+    ("the pre-tokenizer has no contractions: GPT-2's pattern starts with '(?:[sdmt]|ll|ve|re), so \"'s\" is one "
+     "pre-token", GPT2_WITHOUT_CONTRACTIONS.replace(r"\p{L}+| ?\p{L}+", r" ?\p{L}+", 1)),
+    ("the pattern lacks the look-ahead \\s+(?!\\S): a run of spaces before a word leaves its last space to the word "
+     "(\"  the\" is \" \" + \" the\")", r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+"""),
+]
+COMPILED_PATTERNS = [(cause, regex.compile(pattern)) for cause, pattern in WRONG_PATTERNS]
 TRAIN_CASES = [
     ("a short English text, vocab_size=290", TRAIN_TEXT, 290, ()),
     ("ties, vocab_size=262", TIE_TEXT, 262, ()),
     ("a text with the special token <|endoftext|>, vocab_size=272", SPECIAL_TEXT, 272, (EOT,)),
+    ("letters and digits of many scripts, contractions, spaces, vocab_size=330", PATTERN_TEXT * 2, 330, ()),
+    ("pairs that occur only once, vocab_size=290", ONCE_TEXT, 290, ()),
+    ("two special tokens given as ['<|pad|>', '<|endoftext|>'], vocab_size=266", SPECIAL_TEXT + "<|pad|>", 266,
+     TWO_SPECIALS),
 ]
 
 
@@ -253,6 +300,26 @@ def _diagnose_merge(text, special_tokens, merges, k, got_pair, expected_pair, go
     return None
 
 
+def _count_before(text, special_tokens, merges, k):
+    """How often merge ``k`` occurs once the merges before it are made."""
+    counts, _, _ = _state_before(text, special_tokens, merges[:k])
+    return counts.get(merges[k], 0)
+
+
+def _name_training_mistake(got, text, vocab_size, special_tokens):
+    """The cause of wrong merges that a whole training run shows: a pre-tokenizer other than GPT-2's, or code
+    points taken for bytes. None when it is neither."""
+    _, merges = got
+    for cause, pattern in COMPILED_PATTERNS:
+        if merges == ref.train_bpe_naive(text, vocab_size, list(special_tokens), pattern=pattern)[1]:
+            return cause
+    utf8, latin1 = text.encode("utf-8"), text.encode("latin-1", errors="ignore")
+    if any(a + b not in utf8 and a + b in latin1 for a, b in merges):
+        return ("the characters' code points (ord(c)) were used instead of the UTF-8 bytes: a pre-token's ids are "
+                "list(word.encode('utf-8')), and 'é' is two bytes")
+    return None
+
+
 def _expect_train_result(got, text, vocab_size, special_tokens, label):
     expected_vocab, expected_merges = ref.train_bpe(text, vocab_size, list(special_tokens))
     if not (isinstance(got, tuple) and len(got) == 2):
@@ -287,6 +354,20 @@ def _expect_train_result(got, text, vocab_size, special_tokens, label):
         raise Mismatch(f"vocab[{wrong_byte}] should be the single byte {bytes([wrong_byte])!r}, "
                        f"got {vocab.get(wrong_byte)!r}",
                        hint="start from vocab = {i: bytes([i]) for i in range(256)}")
+    if merges != expected_merges:
+        cause = _name_training_mistake(got, text, vocab_size, special_tokens)
+        if cause is not None:
+            k = next((k for k, (a, b) in enumerate(zip(merges, expected_merges)) if a != b),
+                     min(len(merges), len(expected_merges)))
+            shown = [f"expected {expected_merges[k]!r}, got {merges[k]!r}" if k < len(merges) and k < len(
+                expected_merges) else f"{len(merges)} merges, expected {len(expected_merges)}"]
+            raise Mismatch(f"merge {k} (id {256 + k}) is wrong", shown, cause)
+    if len(merges) < len(expected_merges) and merges == expected_merges[:len(merges)] and \
+            _count_before(text, special_tokens, expected_merges, len(merges)) == 1:
+        raise Mismatch(f"training stopped after {len(merges)} merges, expected {len(expected_merges)}",
+                       [f"the next merge, {expected_merges[len(merges)]!r}, occurs only once"],
+                       hint="a pair that occurs only once is still merged: keep going until vocab_size is reached "
+                            "or no pair is left (a count of 1 is not a reason to stop)")
     if len(vocab) != len(expected_vocab):
         diff = len(vocab) - len(expected_vocab)
         hint = ("vocab_size counts all three kinds of ids: 256 bytes + merges + special tokens, so learn "
@@ -302,6 +383,8 @@ def _expect_train_result(got, text, vocab_size, special_tokens, label):
             early = [vocab.get(i) for i in range(256, 256 + len(specials))]
             hint = ("the special tokens come last, after the merges"
                     if early == specials else "each special token gets one id after the merges, in the order given")
+            if sorted(tail, key=lambda t: t or b"") == sorted(specials) and tail != specials:
+                hint = "the special tokens were numbered in sorted order; number them in the order given"
             raise Mismatch("the special tokens do not have the last ids",
                            [f"expected {specials} at the end, got {tail}"], hint)
     for k, (got_pair, expected_pair) in enumerate(zip(merges, expected_merges)):
@@ -324,8 +407,14 @@ def train_bpe(fn):
     for label, text, vocab_size, special_tokens in TRAIN_CASES:
         with case(label):
             call_label = f"train_bpe(text, {vocab_size}{', ' + repr(list(special_tokens)) if special_tokens else ''})"
-            got = call(fn, text, vocab_size, list(special_tokens), what=call_label) if special_tokens else \
-                call(fn, text, vocab_size, what=call_label)
+            try:
+                got = call(fn, text, vocab_size, list(special_tokens), what=call_label) if special_tokens else \
+                    call(fn, text, vocab_size, what=call_label)
+            except LearnerError as e:
+                hint = _error_hint(e, text)
+                if hint is None:
+                    raise
+                raise Mismatch(f"{call_label} raised an exception", error_details(e), hint) from None
             _expect_train_result(got, text, vocab_size, special_tokens, call_label)
     with case("vocab_size=257 with 2 special tokens (too small)"):
         try:
@@ -347,7 +436,7 @@ def train_bpe(fn):
 
 # --- BPETokenizer --------------------------------------------------------------------------------
 
-TOKENIZER_TEXT = (TRAIN_TEXT + "aaaa abab ababab. Don't we'll 1234 12345. ") * 2
+TOKENIZER_TEXT = (TRAIN_TEXT + "aaaa abab ababab. Don't we'll 1234 12345. ") * 2 + PATTERN_TEXT * 3
 DOUBLE = EOT + EOT
 ENCODE_CASES = [
     "the cat sat on the mat.",
@@ -356,57 +445,159 @@ ENCODE_CASES = [
     "thehe hehe theheh",
     "the end.\n zebra",
     "é and 😀",
+    "naïve café, Ça va? 日本語 Ελληνικά ٣٤٥ x²",
+    "O'SULLIVAN and O'DONNELL said IT'S",
+    "the rat's mat",
+    "tthat thatt, look at 33333",
     f"the end{EOT}the start{DOUBLE}{EOT}x",
     "",
 ]
+IDS_FROM_VOCAB = ("take every id from vocab: build a bytes -> id table from vocab and start each pre-token from the "
+                  "ids of its single bytes, [self.ids[bytes([b])] for b in word.encode('utf-8')]")
 
 
 def _tokenizer_parts():
-    vocab, merges = ref.train_bpe(TOKENIZER_TEXT, 320)
+    vocab, merges = ref.train_bpe(TOKENIZER_TEXT, 480)
     return vocab, merges
 
 
-def _by_frequency(tok, text):
-    """The mistake: at encode time, merge the most frequent pair of the pre-token that has a merge."""
-    out = []
-    for piece, special in tok._pieces(text):
-        if special:
-            out.append(tok.special_ids[piece])
-            continue
-        ids = list(piece.encode())
-        while True:
-            counts = ref.count_pairs(ids)
-            candidates = [p for p in counts if p in tok.ranks]
-            if not candidates:
-                break
-            pair = max(candidates, key=lambda p: counts[p])
-            ids = ref.merge_pair(ids, pair, tok.merged[pair])
-        out += ids
-    return out
+# The layouts of real vocabularies: the same merges, other ids.
+def _gpt2_byte_order():
+    """GPT-2's order of the 256 single bytes: id k holds the byte whose character comes k-th in its table."""
+    table = ref.bytes_to_unicode()
+    return sorted(range(256), key=lambda b: ord(table[b]) if ord(table[b]) < 256 else 1000 + ord(table[b]))
 
 
-def _without_pretokens(tok, text):
-    """The mistake: the merges applied to the whole text (per special-token piece), not per pre-token."""
+def _gpt2_layout(vocab):
+    """The single bytes in GPT-2's order ("!" is id 0, "s" id 82), the merged tokens after them as before."""
+    order = _gpt2_byte_order()
+    return {**{k: bytes([b]) for k, b in enumerate(order)}, **{i: t for i, t in vocab.items() if i >= 256}}
+
+
+def _special_first_layout(vocab, special):
+    """Stanford CS336's layout: the special token at id 0, every other id one higher."""
+    return {0: special.encode(), **{i + 1: t for i, t in vocab.items()}}
+
+
+def _reversed_merges_layout(vocab):
+    """The merged tokens numbered backwards: a merge's rank is its place in `merges`, not its token's id."""
+    last = max(vocab)
+    return {(last - i + 256 if i >= 256 else i): t for i, t in vocab.items()}
+
+
+LAYOUTS = [
+    ("GPT-2's layout (the single bytes in another order: '!' is id 0, 's' id 82)", lambda v: _gpt2_layout(v)),
+    ("a special token at id 0 and every other id one higher (Stanford CS336's layout)",
+     lambda v: _special_first_layout(v, EOT)),
+    ("the merged tokens numbered backwards (a merge's rank is its place in merges)", _reversed_merges_layout),
+]
+
+
+# The mistakes, simulated with the reference's tables, to name the one a wrong answer matches.
+def _bpe(tok, ids, ranks=None):
+    ranks = tok.ranks if ranks is None else ranks
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, math.inf))
+        if pair not in ranks:
+            break
+        ids = ref.merge_pair(ids, pair, tok.merged[pair])
+    return ids
+
+
+def _encode_by(tok, text, word_ids=None, pattern=None):
+    """``text`` encoded as ``tok`` would, with ``word_ids(word)`` for each pre-token and ``pattern`` to find them."""
+    pattern = tok.pattern if pattern is None else pattern
     out = []
     for piece, special in ref.split_on_special(text, tok.special_tokens):
         if special:
             out.append(tok.special_ids[piece])
             continue
-        ids = list(piece.encode())
-        for (a, b) in tok.merges:
-            pair = (tok.byte_to_id[a], tok.byte_to_id[b])
-            ids = ref.merge_pair(ids, pair, tok.merged[pair])
-        out += ids
+        for word in pattern.findall(piece):
+            out += word_ids(word) if word_ids else tok.encode_pretoken(word)
     return out
+
+
+def _by_frequency(tok, text):
+    """At encode time, merge the most frequent pair of the pre-token that has a merge."""
+    def word_ids(word):
+        ids = [tok.byte_ids[b] for b in word.encode()]
+        while True:
+            counts = ref.count_pairs(ids)
+            candidates = [p for p in counts if p in tok.ranks]
+            if not candidates:
+                return ids
+            pair = max(candidates, key=lambda p: counts[p])
+            ids = ref.merge_pair(ids, pair, tok.merged[pair])
+    return _encode_by(tok, text, word_ids)
+
+
+def _leftmost(tok, text):
+    """Merge the leftmost pair that has a merge, whatever its rank."""
+    def word_ids(word):
+        ids = [tok.byte_ids[b] for b in word.encode()]
+        while True:
+            i = next((k for k in range(len(ids) - 1) if (ids[k], ids[k + 1]) in tok.ranks), None)
+            if i is None:
+                return ids
+            ids[i:i + 2] = [tok.merged[(ids[i], ids[i + 1])]]
+    return _encode_by(tok, text, word_ids)
+
+
+def _longest_match(tok, text):
+    """Greedy longest match: at each place the longest vocabulary entry that fits."""
+    def word_ids(word):
+        data, out, i = word.encode(), [], 0
+        while i < len(data):
+            j = next(j for j in range(len(data), i, -1) if data[i:j] in tok.byte_to_id)
+            out.append(tok.byte_to_id[data[i:j]])
+            i = j
+        return out
+    return _encode_by(tok, text, word_ids)
+
+
+def _without_pretokens(tok, text):
+    """The merges applied to the whole text (per special-token piece), not per pre-token."""
+    out = []
+    for piece, special in ref.split_on_special(text, tok.special_tokens):
+        out += [tok.special_ids[piece]] if special else _bpe(tok, [tok.byte_ids[b] for b in piece.encode()])
+    return out
+
+
+def _byte_values(tok, text):
+    """Ids = byte values for the single bytes (right only for the course's own layout)."""
+    return _encode_by(tok, text, lambda word: _bpe(tok, list(word.encode())))
+
+
+def _code_points(tok, text):
+    """A pre-token's characters' code points (ord) instead of its UTF-8 bytes."""
+    return _encode_by(tok, text, lambda word: _bpe(tok, [tok.byte_ids[ord(c)] for c in word]))
+
+
+def _merged_id_as_rank(tok, text):
+    """A pair's rank taken to be the id of the token it merges into (tiktoken's convention)."""
+    ranks = {pair: tok.merged[pair] for pair in tok.ranks}
+    return _encode_by(tok, text, lambda word: _bpe(tok, [tok.byte_ids[b] for b in word.encode()], ranks))
 
 
 def _encode_mistakes(tok, text):
     plain = ref.BPETokenizer(tok.vocab, tok.merges)  # no special tokens: they are split like text
     shortest = ref.BPETokenizer(tok.vocab, tok.merges, [EOT])
-    return [
+    mistakes = [
+        ("your encoder starts from the byte values as ids (id = byte value), which holds only for the course's own "
+         "layout: " + IDS_FROM_VOCAB, lambda: _byte_values(tok, text)),
+        ("your encoder matches the longest vocabulary entry at each place; BPE applies the merges in the order they "
+         "were learned: at each step merge the pair with the lowest rank (earliest merge)",
+         lambda: _longest_match(tok, text)),
+        ("your encoder merges the leftmost pair that has a merge; BPE merges the pair with the lowest rank (the "
+         "earliest learned) wherever it is: min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, inf))",
+         lambda: _leftmost(tok, text)),
         ("the merges were applied by how often each pair occurs in the text being encoded; apply them in the "
          "order they were learned: at each step merge the pair with the lowest rank (earliest merge)",
          lambda: _by_frequency(tok, text)),
+        ("a pair's rank was taken to be the id of the token it merges into; the rank is the merge's place in "
+         "`merges` (enumerate(merges)), whatever ids the vocabulary gives", lambda: _merged_id_as_rank(tok, text)),
+        ("the characters' code points (ord(c)) were used instead of the UTF-8 bytes: a pre-token's ids come from "
+         "word.encode('utf-8'), and 'é' is two bytes", lambda: _code_points(tok, text)),
         ("the text was not pre-tokenized: split it with GPT-2's pattern first and apply the merges inside "
          "each pre-token", lambda: _without_pretokens(tok, text)),
         ("a special token was split into ordinary tokens: split the text on the special tokens first and give "
@@ -414,6 +605,19 @@ def _encode_mistakes(tok, text):
         ("of two overlapping special tokens the shorter was taken: try the longest first "
          "(sort the special tokens by length, longest first, in the pattern)", lambda: shortest.encode(text)),
     ]
+    mistakes += [(cause, lambda pattern=pattern: _encode_by(tok, text, pattern=pattern))
+                 for cause, pattern in COMPILED_PATTERNS]
+    return mistakes
+
+
+def _name_encode_mistake(reference, text, got):
+    for cause, make in _encode_mistakes(reference, text):
+        try:
+            if make() == got:
+                return cause
+        except (KeyError, IndexError, ValueError, StopIteration):  # the mistake cannot even encode this text
+            continue
+    return None
 
 
 def _build(cls, vocab, merges, special_tokens, label):
@@ -427,6 +631,54 @@ def _method(obj, name, label):
     return method
 
 
+def _error_hint(error: LearnerError, text: str) -> str | None:
+    """The likely cause of an exception in the learner's encode."""
+    e = error.error
+    if isinstance(e, ValueError) and "bytes must be in range" in str(e) or (
+            isinstance(e, KeyError) and e.args and isinstance(e.args[0], int) and e.args[0] > 255):
+        return ("a character's code point (ord(c)) was used as a byte: a pre-token's bytes are "
+                "word.encode('utf-8'), and '日' is three of them")
+    if isinstance(e, KeyError) and e.args and isinstance(e.args[0], int) and e.args[0] < 256:
+        return "your encoder looks up a byte value as if it were an id: " + IDS_FROM_VOCAB
+    if "bad escape \\p" in str(e):
+        return "the standard `re` module has no \\p{L}: use the `regex` package (import regex)"
+    return None
+
+
+def _expect_encode(tok, reference, text, what, hint_on_error=None):
+    try:
+        got = call(tok.encode, text, what=f"encode({text!r})")
+    except LearnerError as e:
+        hint = _error_hint(e, text) or hint_on_error or e.hint
+        raise Mismatch(f"encode({text!r}) raised an exception{what}", error_details(e), hint) from None
+    got = _ids_list(got, f"encode({text!r})")
+    expected = reference.encode(text)
+    if got == expected:
+        return
+    cause = _name_encode_mistake(reference, text, got)
+    if cause is None and len(got) == len(expected) and sorted(set(got) - set(expected)) and all(
+            reference.vocab.get(g) == reference.vocab.get(e) for g, e in zip(got, expected)):
+        cause = "two ids hold the same bytes and you used the higher one: use the lower id"
+    specials = set(reference.special_ids.values())
+    if cause is None and len(got) == len(expected) and all(
+            e in specials for g, e in zip(got, expected) if g != e):
+        cause = ("the special tokens have the wrong ids: one already in vocab keeps its id, one missing from vocab "
+                 "gets the next free id, in the order given")
+    raise Mismatch(f"encode({text!r}) is wrong{what}", [f"expected {expected}", f"got      {got}"], cause)
+
+
+class _Lines:
+    """Lines of text handed out one at a time, counting how many were taken."""
+
+    def __init__(self, lines):
+        self.lines, self.taken = list(lines), 0
+
+    def __iter__(self):
+        for line in self.lines:
+            self.taken += 1
+            yield line
+
+
 @check("BPETokenizer")
 def BPETokenizer(cls):
     vocab, merges = _tokenizer_parts()
@@ -436,23 +688,12 @@ def BPETokenizer(cls):
                                                       "where two ids hold the same bytes, use the lower"):
         tok = _build(cls, vocab, merges, specials, label)
     reference = ref.BPETokenizer(vocab, merges, specials)
-    encode = _method(tok, "encode", label)
+    _method(tok, "encode", label)
     decode = _method(tok, "decode", label)
     for text in ENCODE_CASES:
         hint = "a special token missing from vocab gets the next free id" if EOT in text else None
-        with case(f"encode({text!r})", hint_on_error=hint):
-            got = _ids_list(call(encode, text, what=f"encode({text!r})"), f"encode({text!r})")
-            expected = reference.encode(text)
-            if got != expected:
-                cause = next((d for d, make in _encode_mistakes(reference, text) if make() == got), None)
-                if cause is None and len(got) == len(expected) and sorted(set(got) - set(expected)) and all(
-                        reference.vocab.get(g) == reference.vocab.get(e) for g, e in zip(got, expected)):
-                    cause = "two ids hold the same bytes and you used the higher one: use the lower id"
-                n = len(vocab)
-                if cause is None and EOT in text and [i for i in got if i >= n] != [i for i in expected if i >= n]:
-                    cause = ("the special tokens have the wrong ids: one missing from vocab gets the next free id, "
-                             "in the order given")
-                raise Mismatch(f"encode({text!r}) is wrong", [f"expected {expected}", f"got      {got}"], cause)
+        with case(f"encode({text!r})"):
+            _expect_encode(tok, reference, text, "", hint)
     with case("decode"):
         for text in ENCODE_CASES:
             ids = reference.encode(text)
@@ -479,6 +720,18 @@ def BPETokenizer(cls):
                            [f"expected {chr(0xFFFD)!r}, got ''"],
                            hint="errors='ignore' hides them; use errors='replace' so they show as '\\ufffd' (�)")
         expect_equal(got, "\ufffd", "decode([0xC3])", hint="use .decode('utf-8', errors='replace')")
+    for layout, make in LAYOUTS:
+        with case(f"the vocabulary of {layout}"):
+            other = make(vocab)
+            shown = f"BPETokenizer(vocab in {layout.split(' (')[0]}, merges, ['<|endoftext|>'])"
+            tok2 = _build(cls, other, merges, [EOT], shown)
+            reference2 = ref.BPETokenizer(other, merges, [EOT])
+            for text in [t for t in ENCODE_CASES[:-1] if DOUBLE not in t] + [f"the end{EOT} the start"]:
+                _expect_encode(tok2, reference2, text, "")
+            ids = reference2.encode(ENCODE_CASES[6])
+            back = call(tok2.decode, ids, what=f"decode({ids})")
+            expect_equal(back, ENCODE_CASES[6], f"decode(encode({ENCODE_CASES[6]!r})) with {layout}",
+                         hint="decode looks every id up in vocab: vocab[i] for each id, joined, then decoded")
     with case("a vocab with the same bytes twice ('the' at a second, higher id)"):
         doubled = dict(vocab)
         doubled[len(doubled)] = b" the"
@@ -507,15 +760,32 @@ def BPETokenizer(cls):
                 cause = "the line ends were dropped: lines from a file keep their '\\n'; don't strip them"
             raise Mismatch("encode_iterable(lines) gives other ids than encode(''.join(lines))",
                            [f"expected {expected}", f"got      {got}"], cause)
-    with case("a special token missing from the vocab"):
-        tok3 = _build(cls, vocab, merges, ["<|pad|>"], "BPETokenizer(vocab, merges, ['<|pad|>'])")
-        got = _ids_list(call(tok3.encode, "a<|pad|>", what="encode('a<|pad|>')"), "encode")
-        expected = [97, len(vocab)]
-        expect_equal(got, expected, "encode('a<|pad|>')",
-                     hint=f"a special token that is not in vocab gets the next free id, here {len(vocab)}")
+    with case("encode_iterable on a file of 2,000 lines, one id taken"):
+        source = _Lines(f"line {k} of the file, the cat sat on the mat.\n" for k in range(2000))
+        stream = call(iterate, iter(source), what="encode_iterable(lines)")
+        first = call(lambda: next(iter(stream), None), what="next(encode_iterable(lines))")
+        if first is None:
+            raise Mismatch("encode_iterable(lines) yielded nothing", hint="yield the ids as you go")
+        if source.taken > 10:
+            raise Mismatch(f"encode_iterable read {source.taken:,} of 2,000 lines before it gave the first id",
+                           hint="it read the whole input first (\"\".join(lines) or list(lines)); a file may not fit "
+                                "in memory: add one line at a time to a buffer and yield the ids of the part of it "
+                                "that is settled")
+    with case("two special tokens missing from the vocab, given as ['<|pad|>', '<|endofprompt|>']"):
+        order = ["<|pad|>", "<|endofprompt|>"]
+        tok3 = _build(cls, vocab, merges, order, "BPETokenizer(vocab, merges, ['<|pad|>', '<|endofprompt|>'])")
+        text = "a<|endofprompt|><|pad|>"
+        got = _ids_list(call(tok3.encode, text, what=f"encode({text!r})"), "encode")
+        expected = [reference.byte_to_id[b"a"], len(vocab) + 1, len(vocab)]
+        if got != expected:
+            hint = f"a special token that is not in vocab gets the next free id, here {len(vocab)} and {len(vocab) + 1}"
+            if got == [expected[0], len(vocab), len(vocab) + 1]:
+                hint = ("the special tokens were numbered in sorted order (by name or by length); number them in "
+                        "the order given: '<|pad|>' first")
+            expect_equal(got, expected, f"encode({text!r})", hint=hint)
         back = call(tok3.decode, expected, what=f"decode({expected})")
-        expect_equal(back, "a<|pad|>", f"decode({expected})", hint="add the new special token to the vocab too")
-    return f"{len(ENCODE_CASES)} texts, decode, encode_iterable and special tokens"
+        expect_equal(back, text, f"decode({expected})", hint="add the new special tokens to the vocab too")
+    return f"{len(ENCODE_CASES)} texts in {len(LAYOUTS) + 1} vocabulary layouts, decode, encode_iterable, specials"
 
 
 # --- bits_per_byte -------------------------------------------------------------------------------

@@ -5,16 +5,18 @@
 | ``sources`` | ``DataSet``, ``load``: the one loading order of every data set; ``cache_dir``, ``download`` |
 | ``names`` | the names data set (notebooks 08-09): ``load_names``, ``clean_names``, ``split_names``, ... |
 | ``shakespeare`` | tiny Shakespeare (notebooks 10-11): ``load_shakespeare``, ``CharVocab``, ``shakespeare_data``, ... |
+| ``gpt2`` | GPT-2's ``encoder.json`` and ``vocab.bpe`` (notebook 11): ``gpt2_files``, ``tiktoken_gpt2``; not shipped |
 | ``batching`` | ``NamesDataset``, ``collate``, ``make_loader``; sortish and packed batches of names |
 
 Where a data set comes from, in this order (``tutor.data.sources``):
 
 1. ``path=``, your own file (a missing file, a directory or a file that is not text is a one-line error);
 2. the environment variable ``TUTOR_NAMES`` or ``TUTOR_SHAKESPEARE``: the same;
-3. a checksummed copy shipped inside the package, if the data set has one (none ships yet);
+3. the copy shipped inside the package (``allnames.txt.gz``, ``tinyshakespeare.txt.gz``; see ``DATA.md``
+   here), checksum verified: the course runs offline by construction;
 4. the cache (``cache_dir()``, moved by ``TUTOR_CACHE_DIR``), checksum verified, a bad copy deleted;
 5. a download into the cache (pinned URLs, 5 s timeout, checksum verified; ``TUTOR_OFFLINE=1`` skips it);
-6. the data set's offline fallback (both use the first names of the ``names`` package).
+6. otherwise a one-line ``NoDataError`` saying what to do. No other text ever stands in for a data set.
 
 Every load prints one line saying which source was used (``verbose=False`` silences it). The alphabet
 (``alphabet``, ``stoi``, ``encode``, ``PAD_X``, ``PAD_Y``, ...) is re-exported from ``tutor.reference``.

@@ -32,10 +32,13 @@ from tutor.reference.bpe import (  # noqa: F401
     GPT2_PATTERN,
     BPETokenizer,
     bits_per_byte,
+    bytes_to_unicode,
     count_pairs,
     merge_pair,
+    read_vocab_files,
     train_bpe,
     train_bpe_naive,
+    write_vocab_files,
 )
 from tutor.reference.characters import (  # noqa: F401
     PAD_X,

@@ -8,8 +8,11 @@ The rules (the conventions of GPT-2, tiktoken and Stanford CS336's assignment 1)
   weighted by how often that pre-token occurs.
 - Each step merges the most frequent pair; a tie goes to the lexicographically greater pair,
   compared as ``(bytes, bytes)``.
-- Ids: 0-255 are the single bytes, then one id per merge in the order learned, then the special
-  tokens in the order given. ``vocab_size`` counts all three.
+- Ids, as ``train_bpe`` makes them: 0-255 are the single bytes, then one id per merge in the order
+  learned, then the special tokens in the order given. ``vocab_size`` counts all three.
+- ``BPETokenizer`` reads every id from ``vocab``, so any layout works: GPT-2's (its 256 single bytes
+  in another order, ``"s"`` is id 82), a special token at id 0 (Stanford CS336), the course's own.
+  ``BPETokenizer.from_files`` reads GPT-2's ``encoder.json`` + ``vocab.bpe``; ``save`` writes them.
 
 ``train_bpe`` is incremental: after a merge it updates the pair counts of only the pre-tokens that
 contain the merged pair. ``train_bpe_naive`` recounts every pair after every merge; it gives the
@@ -19,9 +22,11 @@ same merges, slowly, and is here to be read first and timed against the other.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import regex
 
@@ -92,12 +97,12 @@ def pretokenize(text: str) -> list[str]:
     return PRETOKEN.findall(text)
 
 
-def pretoken_counts(text: str, special_tokens=()) -> Counter:
+def pretoken_counts(text: str, special_tokens=(), pattern=PRETOKEN) -> Counter:
     """How often each pre-token occurs, the special tokens taken out first (and not counted)."""
     counts = Counter()
     for piece, special in split_on_special(text, special_tokens):
         if not special:
-            counts.update(PRETOKEN.findall(piece))
+            counts.update(pattern.findall(piece))
     return counts
 
 
@@ -123,9 +128,9 @@ def _check_training_input(text, vocab_size, special_tokens):
     return special_tokens
 
 
-def _words(text, special_tokens):
+def _words(text, special_tokens, pattern=PRETOKEN):
     """The distinct pre-tokens as lists of byte values, and how often each occurs."""
-    counts = pretoken_counts(text, special_tokens)
+    counts = pretoken_counts(text, special_tokens, pattern)
     words = [list(token.encode("utf-8")) for token in counts]
     return words, list(counts.values())
 
@@ -136,10 +141,11 @@ def _finish(vocab, merges, special_tokens):
     return vocab, merges
 
 
-def train_bpe_naive(text: str, vocab_size: int, special_tokens=()):
-    """``train_bpe`` the slow, obvious way: recount every pair of every pre-token after each merge."""
+def train_bpe_naive(text: str, vocab_size: int, special_tokens=(), *, pattern=PRETOKEN):
+    """``train_bpe`` the slow, obvious way: recount every pair of every pre-token after each merge.
+    (``pattern``, a compiled ``regex``, replaces GPT-2's pre-tokenizer: the checks use it to name mistakes.)"""
     special_tokens = _check_training_input(text, vocab_size, special_tokens)
-    words, freqs = _words(text, special_tokens)
+    words, freqs = _words(text, special_tokens, pattern)
     vocab = {i: bytes([i]) for i in range(256)}
     merges = []
     for new_id in range(256, vocab_size - len(special_tokens)):
@@ -231,15 +237,95 @@ def train_bpe(text: str, vocab_size: int, special_tokens=()):
     return _finish(vocab, merges, special_tokens)
 
 
+# --- GPT-2's files ------------------------------------------------------------------------------
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table from the 256 byte values to 256 printable characters, one each.
+
+    ``encoder.json`` and ``vocab.bpe`` are text files, and a token's bytes may be a space, a newline
+    or half a UTF-8 character, none of which survives as a JSON key or a space-separated word. So
+    GPT-2 writes each byte as one visible character: the 188 printable bytes (``!`` to ``~``, ``¡``
+    to ``¬``, ``®`` to ``ÿ``) as themselves, the 68 others (controls, space, ...) as ``chr(256)``,
+    ``chr(257)``, ... in byte order. A space is ``"Ġ"`` (``chr(288)``), a newline ``"Ċ"``.
+    """
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    table, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+def _to_bytes(token: str, decoder: dict[str, int]) -> bytes:
+    """A token as GPT-2's files write it, back to its bytes (one not written through the table, such
+    as a special token with characters outside it, is read as UTF-8)."""
+    if all(ch in decoder for ch in token):
+        return bytes(decoder[ch] for ch in token)
+    return token.encode("utf-8")
+
+
+def read_vocab_files(vocab_path, merges_path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """``(vocab, merges)`` from GPT-2's ``encoder.json`` (``{token: id}``) and ``vocab.bpe`` (a
+    ``#version`` line, then one merge per line, ``"Ġ t"``, in the order learned), the format
+    ``BPETokenizer.save`` writes too (as do Hugging Face's ``vocab.json``/``merges.txt``)."""
+    decoder = {ch: b for b, ch in bytes_to_unicode().items()}
+    encoder = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
+    if not isinstance(encoder, dict):
+        raise ValueError(f"{vocab_path} should hold a JSON object {{token: id}}, got a {type(encoder).__name__}")
+    vocab = {}
+    for token, i in encoder.items():
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise ValueError(f"{vocab_path}: the id of {token!r} should be an int, got {i!r}")
+        if i in vocab:
+            raise ValueError(f"{vocab_path}: id {i} is given to two tokens, {vocab[i]!r} and {token!r}")
+        vocab[i] = _to_bytes(token, decoder)
+    merges = []
+    lines = Path(merges_path).read_text(encoding="utf-8").split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or (number == 1 and line.startswith("#version")):
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ValueError(f"{merges_path}, line {number}: a merge is two tokens separated by a space, "
+                             f"got {line!r:.60}")
+        merges.append((_to_bytes(parts[0], decoder), _to_bytes(parts[1], decoder)))
+    return vocab, merges
+
+
+def write_vocab_files(vocab: dict, merges: list, vocab_path, merges_path) -> None:
+    """Write ``vocab`` and ``merges`` as GPT-2's ``encoder.json`` and ``vocab.bpe`` (``read_vocab_files``
+    reads them back). Where two ids hold the same bytes only the lower is written, as it is the one used."""
+    table = bytes_to_unicode()
+
+    def text(token: bytes) -> str:
+        return "".join(table[b] for b in token)
+
+    encoder = {}
+    for i in sorted(vocab):
+        encoder.setdefault(text(vocab[i]), i)
+    Path(vocab_path).write_text(json.dumps(encoder, ensure_ascii=False), encoding="utf-8")
+    lines = ["#version: 0.2"] + [f"{text(a)} {text(b)}" for a, b in merges]
+    Path(merges_path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 # --- the tokenizer ------------------------------------------------------------------------------
 
 
 class BPETokenizer:
-    """Encode text to ids and decode ids to text with the ``vocab`` and ``merges`` of ``train_bpe``.
+    """Encode text to ids and decode ids to text with a ``vocab`` (``{id: bytes}``) and ``merges``.
 
+    Every id is read from ``vocab``: the 256 single bytes may have any ids (GPT-2 gives ``b"s"`` the
+    id 82), and a merge's rank is its position in ``merges``, whatever the id of the merged token.
     ``special_tokens`` are kept whole (the longest first where two overlap); one missing from
-    ``vocab`` gets the next free id. Where two ids hold the same bytes, the lower one is used.
+    ``vocab`` gets the next free id, in the order given. Where two ids hold the same bytes, the lower
+    one is used.
     """
+
+    pattern = PRETOKEN  # GPT-2's pre-tokenizer
 
     def __init__(self, vocab: dict, merges: list, special_tokens=None):
         self.vocab = dict(vocab)
@@ -248,6 +334,11 @@ class BPETokenizer:
         self.byte_to_id = {}
         for i in sorted(self.vocab):
             self.byte_to_id.setdefault(self.vocab[i], i)  # the lower id wins
+        missing = [b for b in range(256) if bytes([b]) not in self.byte_to_id]
+        if missing:
+            raise ValueError(f"vocab has no id for {len(missing)} single byte(s), e.g. {bytes([missing[0]])!r}: "
+                             "a byte-level vocabulary holds all 256")
+        self.byte_ids = [self.byte_to_id[bytes([b])] for b in range(256)]  # byte value -> its id
         for token in self.special_tokens:
             if token.encode("utf-8") not in self.byte_to_id:
                 new_id = max(self.vocab, default=-1) + 1
@@ -257,12 +348,26 @@ class BPETokenizer:
         # (id, id) -> its rank (the position in the list of merges) and the id it merges into
         self.ranks, self.merged = {}, {}
         for rank, (a, b) in enumerate(self.merges):
+            unknown = next((t for t in (a, b, a + b) if t not in self.byte_to_id), None)
+            if unknown is not None:
+                raise ValueError(f"merge {rank}, {a!r} + {b!r}: {unknown!r} is not in vocab")
             pair = (self.byte_to_id[a], self.byte_to_id[b])
             if pair not in self.ranks:
                 self.ranks[pair] = rank
                 self.merged[pair] = self.byte_to_id[a + b]
         self._longest_special = max((len(s) for s in self.special_tokens), default=0)
         self._cache = {}
+
+    @classmethod
+    def from_files(cls, vocab_path, merges_path, special_tokens=None) -> BPETokenizer:
+        """A tokenizer from GPT-2's ``encoder.json`` + ``vocab.bpe``, or the two files ``save`` wrote.
+        Special tokens are not part of the format: name them (GPT-2's is ``"<|endoftext|>"``)."""
+        vocab, merges = read_vocab_files(vocab_path, merges_path)
+        return cls(vocab, merges, special_tokens)
+
+    def save(self, vocab_path, merges_path) -> None:
+        """Write this tokenizer's vocab and merges in GPT-2's format (``from_files`` reads them)."""
+        write_vocab_files(self.vocab, self.merges, vocab_path, merges_path)
 
     def __len__(self):
         return len(self.vocab)
@@ -274,7 +379,7 @@ class BPETokenizer:
         ids = self._cache.get(token)
         if ids is not None:
             return ids
-        ids = list(token.encode("utf-8"))
+        ids = [self.byte_ids[b] for b in token.encode("utf-8")]
         ranks = self.ranks
         while len(ids) >= 2:
             pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, math.inf))
@@ -291,7 +396,7 @@ class BPETokenizer:
             if special:
                 yield part, True
             else:
-                for token in PRETOKEN.findall(part):
+                for token in self.pattern.findall(part):
                     yield token, False
 
     def _ids(self, piece, special):
@@ -377,7 +482,8 @@ class BPETokenizer:
     # --- interop ---
 
     def mergeable_ranks(self) -> dict[bytes, int]:
-        """``{bytes: id}`` for every byte and merged token, as ``tiktoken.Encoding`` wants it."""
+        """``{bytes: id}`` for every byte and merged token, as ``tiktoken.Encoding`` wants it (tiktoken
+        takes a token's id as its merge rank: right for ``train_bpe``'s layout and GPT-2's)."""
         specials = set(self.special_ids.values())
         return {b: i for b, i in self.byte_to_id.items() if i not in specials}
 
