@@ -739,3 +739,88 @@ def test_checks_leave_the_learner_rng_alone():
     for name in ("RotaryAttention", "KVCache", "ModernBlock", "ModernGPT", "generate_cached"):
         getattr(checks, name)(getattr(ref, name))
     assert torch.equal(torch.rand(3), expected)
+
+
+# --- theta reaches the attention (ModernBlock and ModernGPT) ------------------------------------
+
+
+class RotaryBase(LearnerRotary):
+    """Correct, but keeps theta under another name (`base`), so only the outputs can show it."""
+
+    def __init__(self, d_model, n_heads, theta=10000.0):
+        super().__init__(d_model, n_heads, theta)
+        self.base = self.__dict__.pop("theta")
+
+    def rotate(self, q, k, v, positions):
+        return apply_rope(q, positions, self.base), apply_rope(k, positions, self.base), v
+
+
+class BlockOf(LearnerBlock):
+    """A LearnerBlock whose attention is ``attention`` and gets ``theta`` only when ``passes_theta``."""
+
+    attention, passes_theta = LearnerRotary, True
+
+    def __init__(self, d_model, n_heads, d_hidden, theta=10000.0):
+        super().__init__(d_model, n_heads, d_hidden, theta)
+        self.attn = self.attention(d_model, n_heads, *([theta] if self.passes_theta else []))
+
+
+def test_modern_block_passes_with_theta_under_another_name():
+    class Base(BlockOf):
+        attention = RotaryBase
+
+    passes(checks.ModernBlock, Base)
+
+
+def test_modern_block_does_not_pass_theta_to_the_attention():
+    class NoTheta(BlockOf):
+        passes_theta = False
+
+    rejects(checks.ModernBlock, NoTheta, "attn.theta is 10000, expected 100", "theta is not passed on",
+            "RotaryAttention(d_model, n_heads, theta)")
+
+
+def test_modern_block_hard_codes_theta_10000():
+    class HardCoded(BlockOf):
+        def __init__(self, d_model, n_heads, d_hidden, theta=10000.0):
+            super().__init__(d_model, n_heads, d_hidden, theta)
+            self.attn = LearnerRotary(d_model, n_heads, 10000.0)
+
+    rejects(checks.ModernBlock, HardCoded, "theta is not passed on")
+
+
+def test_modern_block_ignores_theta_where_only_the_outputs_show_it():
+    class NoTheta(BlockOf):
+        attention, passes_theta = RotaryBase, False
+
+    rejects(checks.ModernBlock, NoTheta, "theta is ignored", "theta = 10000, not 100",
+            "RotaryAttention(d_model, n_heads, theta)")
+
+
+def test_modern_gpt_does_not_pass_config_theta_to_the_blocks():
+    class NoTheta(LearnerModernGPT):
+        def __init__(self, config):
+            from dataclasses import replace
+            super().__init__(replace(config, theta=10000.0))
+            self.config = config
+
+    rejects(checks.ModernGPT, NoTheta, "blocks[0].attn.theta is 10000, expected 100", "config.theta")
+
+
+def test_modern_gpt_ignores_config_theta_where_only_the_outputs_show_it():
+    class BaseBlock(BlockOf):
+        attention, passes_theta = RotaryBase, False
+
+    class NoTheta(LearnerModernGPT):
+        def __init__(self, config):
+            nn.Module.__init__(self)
+            self.config = config
+            d_hidden = config.d_hidden or 8 * math.ceil(8 / 3 * config.d_model / 8)
+            self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+            self.blocks = nn.ModuleList([BaseBlock(config.d_model, config.n_heads, d_hidden, config.theta)
+                                         for _ in range(config.n_layers)])
+            self.ln_f = RMSNorm(config.d_model)
+            self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+            self.init_weights()
+
+    rejects(checks.ModernGPT, NoTheta, "config.theta is ignored", "theta = 10000, not 100")

@@ -92,6 +92,50 @@ def test_get_batch_rejects_ignoring_the_generator():
     rejects(checks.get_batch, wrong, "same seed", "generator=generator")
 
 
+_MODULE_GENERATOR = torch.Generator()
+
+
+@pytest.mark.parametrize("fresh", ["or", "seeded", "is_none"])
+def test_get_batch_rejects_a_fresh_generator_when_none_is_given(fresh):
+    """generator=None must mean torch's global generator, not a new one made at every call."""
+    def wrong(data, block_size, batch_size, generator=None):
+        if fresh == "or":
+            generator = generator or torch.Generator()
+        elif fresh == "seeded" and generator is None:
+            generator = torch.Generator().manual_seed(0)
+        elif generator is None:
+            generator = torch.Generator()
+            generator.manual_seed(1234)
+        return ref.get_batch(data, block_size, batch_size, generator)
+
+    rejects(checks.get_batch, wrong, "generator=None, two calls in a row gave the same batch",
+            "pass it on", "torch.Generator()")
+
+
+def test_get_batch_rejects_a_generator_kept_between_calls_when_none_is_given():
+    def wrong(data, block_size, batch_size, generator=None):
+        return ref.get_batch(data, block_size, batch_size, generator if generator is not None else _MODULE_GENERATOR)
+
+    rejects(checks.get_batch, wrong, "torch.manual_seed(5) twice gave two different batches", "global generator")
+
+
+def test_get_batch_rejects_a_seed_of_its_own_when_none_is_given():
+    def wrong(data, block_size, batch_size, generator=None):
+        if generator is None:  # a new seed every call, but not from torch's global generator
+            generator = torch.Generator().manual_seed(random.randrange(2**31))
+        return ref.get_batch(data, block_size, batch_size, generator)
+
+    rejects(checks.get_batch, wrong, "torch.manual_seed(5) twice gave two different batches")
+
+
+def test_get_batch_leaves_the_global_generator_of_the_learner_alone():
+    torch.manual_seed(42)
+    expected = torch.rand(3)
+    torch.manual_seed(42)
+    passes(checks.get_batch, ref.get_batch)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_get_batch_rejects_one_offset_for_the_whole_batch():
     def wrong(data, block_size, batch_size, generator=None):
         i = int(torch.randint(len(data) - block_size, (1,), generator=generator))
@@ -164,6 +208,44 @@ def test_flops_per_token_rejects_missing_layers():
     rejects(checks.flops_per_token,
             lambda n_params, n_layers, d_model, block_size: 6 * n_params + 12 * d_model * block_size,
             "missing n_layers")
+
+
+@pytest.mark.parametrize("wrong, needle", [
+    (lambda N, L, d, T: 6 * N + 12 * L * T, "missing d_model"),
+    (lambda N, L, d, T: 6 * N + 12 * d * T, "missing n_layers"),
+    (lambda N, L, d, T: 6 * N + 12 * L * d, "missing block_size"),
+    (lambda N, L, d, T: 6 * N + 12 * L * d * d, "uses d_model twice"),
+    (lambda N, L, d, T: 6 * N + L * d * T, "needs its factor 12"),
+    (lambda N, L, d, T: 6 * N + 6 * L * d * T, "not 6"),
+    (lambda N, L, d, T: 6 * N + 12 * L * d * T * T, "not T²"),
+    (lambda N, L, d, T: 2 * N + 4 * L * d * T, "multiply by 3"),
+    (lambda N, L, d, T: 2 * N, "attention term is missing: 6N + 12 L d T"),
+    (lambda N, L, d, T: 6 * N, "only the 6N term"),
+], ids=["no d_model", "no n_layers", "no block_size", "d_model twice", "no 12", "6 not 12", "T squared",
+        "forward only", "2N", "6N"])
+def test_flops_per_token_names_each_wrong_term(wrong, needle):
+    rejects(checks.flops_per_token, lambda n_params, n_layers, d_model, block_size:
+            wrong(n_params, n_layers, d_model, block_size), needle)
+
+
+def test_flops_per_token_cases_tell_every_mistake_apart():
+    """The four arguments differ in every case, so no two known mistakes (or a mistake and the right answer)
+    give the same number: each is named for what it is."""
+    for label, N, L, d, T in nb10_scaling_up.flops_cases():
+        assert len({N, L, d, T}) == 4 and 1 not in (N, L, d, T), label
+        values = [value for value, _ in nb10_scaling_up._flops_mistakes(N, L, d, T)]
+        values.append(ref.flops_per_token(N, L, d, T))
+        assert len(set(values)) == len(values), label
+
+
+def test_flops_per_token_label_is_the_model_notebook_10_trains():
+    from tutor.train import long_run
+    from tutor.train.models import make_model
+
+    config = long_run.preset("cpu", "cpu")
+    label, N, L, d, T = nb10_scaling_up.flops_cases()[0]
+    assert (N, L, d, T) == (long_run.n_params(make_model(config)), config.n_layers, config.d_model, config.block_size)
+    assert f"N={N:,}, {L} layers, d_model {d}, block_size {T}" in label
 
 
 # ============================================================================================
@@ -294,6 +376,51 @@ def avg_op(model):
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_average_gradients_rejects(wrong, needles):
     rejects(checks.average_gradients, wrong, *needles)
+
+
+def reduce_on_rank0_only(model):
+    if dist.get_rank() == 0:
+        ref.average_gradients(model)
+
+
+def reduce_twice_on_rank0(model):
+    world = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            if dist.get_rank() == 0:
+                dist.all_reduce(p.grad)  # one call too many: the next parameter's call on rank 1 meets it
+            p.grad /= world
+
+
+@needs_gloo
+def test_average_gradients_on_rank_0_only_names_the_mismatched_calls():
+    result = rejects(checks.average_gradients, reduce_on_rank0_only, "did not make the same collective calls",
+                     "every process must call all_reduce, the same number of times, in the same order")
+    assert "rank 1: none" in str(result)
+
+
+@needs_gloo
+def test_average_gradients_reducing_twice_on_one_rank_names_the_mismatched_calls(capfd):
+    result = rejects(checks.average_gradients, reduce_twice_on_rank0, "collective calls",
+                     "the same number of times, in the same order")
+    assert "did not finish" not in str(result)
+    err = capfd.readouterr().err
+    assert "terminate called" not in err and "EnforceNotMet" not in err  # no stray C++ report in the notebook
+
+
+def test_crash_reason_and_gloo_reason_in_words():
+    from tutor.distributed import _crash_reason, gloo_reason
+
+    stderr = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+              "  what():  [enforce fail at /__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
+              "op.preamble.length <= op.nbytes. 24 vs 20. Received data size doesn't match expected size.\n")
+    assert _crash_reason(stderr, -6) == ("gloo::EnforceNotMet: op.preamble.length <= op.nbytes. 24 vs 20. "
+                                         "Received data size doesn't match expected size.")
+    assert _crash_reason("", -9) == "killed by SIGKILL"
+    assert gloo_reason("RuntimeError: [/x/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+                       "[127.0.0.1]:39595. This is typically caused by a remote worker crashing. GLHF!") == (
+        "RuntimeError: Connection closed by peer [127.0.0.1]:39595.")
 
 
 def test_start_method_override(monkeypatch):

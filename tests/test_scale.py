@@ -238,6 +238,24 @@ def test_model_choice_builds_notebook_09s_modern_gpt_and_refuses_an_unknown_name
 
 
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_the_stop_line_names_the_signal_it_got(signal_name, capsys):
+    import signal
+
+    flag = long_run._StopFlag().install()
+    try:
+        os.kill(os.getpid(), getattr(signal, signal_name))  # the real signal, to this process
+        assert flag.set
+    finally:
+        flag.uninstall()
+    err = capsys.readouterr().err.strip()
+    if signal_name == "SIGTERM":
+        assert err.startswith("SIGTERM (the scheduler, or `kill`, asked the job to stop): finishing this step")
+        assert "Ctrl-C" not in err
+    else:
+        assert err.startswith("Ctrl-C (SIGINT): finishing this step") and "press Ctrl-C again" in err
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, text_file, signal_name):
     import signal
     import time
@@ -253,6 +271,19 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, text_file, signal
     proc.send_signal(getattr(signal, signal_name))  # Ctrl-C, or what a job scheduler sends
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
-    assert "Ctrl-C" in stderr and "stopped early" in stdout and "Traceback" not in stderr
+    assert "stopped early" in stdout and "Traceback" not in stderr
+    said = "SIGTERM (the scheduler" if signal_name == "SIGTERM" else "Ctrl-C (SIGINT)"  # the signal it got
+    assert said in stderr and ("Ctrl-C" in stderr) == (signal_name == "SIGINT"), stderr
     saved = tr.load_training_state(out_dir / "last.pt")
     assert 5 <= saved["step"] < 100000
+
+
+def test_help_keeps_the_examples_line_by_line(capsys):
+    """The epilog is the module's docstring as written: the multi-node command keeps its `\\` line breaks."""
+    with pytest.raises(SystemExit):
+        scale.main(["--help"])
+    out = capsys.readouterr().out
+    assert "torchrun --nnodes=2 --nproc_per_node=8 --node_rank=0 \\\n" in out
+    assert "\n             --rdzv_backend=c10d --rdzv_endpoint=node0.example:29500 --rdzv_id=shakespeare \\\n" in out
+    assert "\n             -m tutor.scale --preset gpu\n" in out
+    assert "\n    python -m tutor.scale --preset cpu --max-steps 50  # a short run\n" in out

@@ -14,15 +14,19 @@ process's ``Dist`` (rank, world size, GPU); ``all_gather``, ``any_rank`` and ``w
 """
 
 import datetime
+import faulthandler
 import inspect
 import multiprocessing
 import os
+import re
+import signal
 import sys
 import tempfile
 import textwrap
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -38,6 +42,18 @@ NAMESPACE_IMPORTS = ("import math\nimport torch\nimport torch.nn as nn\nimport t
 
 class NoProcessGroup(Exception):
     """No process group could be started on this machine (not the learner's fault)."""
+
+
+class RanksStopped(RuntimeError):
+    """Some processes of the group died before saving their result (Gloo aborts a process whose collective calls
+    do not match the others', e.g. tensors of different sizes).
+
+    ``stopped`` maps each such rank to why, in words (the C++ message cleaned up, or its exit code); ``results``
+    holds what the other ranks returned (``None`` for the stopped ones)."""
+
+    def __init__(self, stopped: dict, results: list):
+        self.stopped, self.results = stopped, results
+        super().__init__("; ".join(f"rank {rank} stopped: {why}" for rank, why in sorted(stopped.items())))
 
 
 def start_method() -> str:
@@ -69,10 +85,66 @@ def learner_where(error):
     return None
 
 
+def gloo_reason(text: str) -> str:
+    """A Gloo or C++ error message without its source path and sign-off: "Connection closed by peer [...]",
+    "op.preamble.length <= op.nbytes. 24 vs 20. Received data size doesn't match expected size. ..."."""
+    text = re.sub(r"\[(enforce fail at )?[^\]]*\.(cc|cpp|h|hpp):\d+\]\s*", "", text)
+    text = re.sub(r"\s*(This is typically caused by|Check the logs of|GLHF).*", "", text, flags=re.S)
+    return " ".join(text.split())
+
+
+# What a process's C++ side writes to stderr that only says what the result already says: an uncaught C++
+# exception ("terminate called after throwing ...", then "  what():  ..." and Python's "Fatal Python error: Aborted"
+# with a traceback), and PyTorch's [W ...]/[E ...] logs.
+_CXX_CRASH = re.compile(r"^terminate called|^\s+what\(\):|^Exception raised from|^frame #\d+:")
+_TORCH_LOG = re.compile(r"^\[[WEI] [^\]]*\]")
+
+
+def _crash_reason(stderr: str, exitcode) -> str:
+    """Why a process stopped, from what it wrote to stderr and its exit code."""
+    what = [line.split("what():", 1)[1] for line in stderr.splitlines() if "what():" in line]
+    thrown = re.search(r"terminate called after throwing an instance of '([^']+)'", stderr)
+    if what:
+        return (f"{thrown.group(1)}: " if thrown else "") + gloo_reason(what[-1])
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def _relay(stderr: str) -> None:
+    """Pass on what a process wrote to stderr (the learner's own prints, Python warnings), leaving out the C++ crash
+    report and PyTorch's log lines, which the result reports in words."""
+    kept, crashed = [], False
+    for line in stderr.splitlines():
+        crashed = crashed or line.startswith(("terminate called", "Fatal Python error"))
+        if not (crashed or _CXX_CRASH.match(line) or _TORCH_LOG.match(line)):
+            kept.append(line)
+    if any(line.strip() for line in kept):
+        print("\n".join(kept), file=sys.stderr)
+
+
+def _capture_stderr(path) -> None:
+    """Send this process's stderr (file descriptor 2, where C++ writes) to ``path``; where that cannot be done,
+    stderr stays as it was."""
+    try:
+        sys.stderr.flush()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+        if faulthandler.is_enabled():  # pytest and Jupyter point it at their own copy of stderr: follow fd 2
+            faulthandler.enable(file=2, all_threads=True)
+    except Exception:  # noqa: BLE001 - best effort: a stream that cannot flush or be redirected still works
+        pass
+
+
 def _worker(rank, world_size, store, out_dir, work, learner_fn, source, name, args):
     """One process of the group: join it, run ``work`` with the learner's function, save the result."""
     result = {"rank": rank, "status": "ok"}
     path = os.path.join(out_dir, f"rank{rank}.pt")
+    _capture_stderr(os.path.join(out_dir, f"rank{rank}.err"))
     try:
         torch.set_num_threads(1)
         if sys.platform == "darwin":
@@ -108,8 +180,10 @@ def run_in_group(work, world_size: int, learner_fn=None, args=(), timeout: float
 
     Returns a list of per-rank results: the dicts ``work`` returned, with ``rank`` and ``status`` ("ok"; "error"
     with ``error`` and ``where`` when ``work`` raised; or a status ``work`` set, such as "not done"). Raises
-    ``NoProcessGroup`` when no group can start here, and ``TimeoutError`` when the processes do not finish
-    within ``timeout`` seconds.
+    ``NoProcessGroup`` when no group can start here, ``RanksStopped`` when a process died without a result
+    (Gloo aborts one whose collective calls do not match the others'), and ``TimeoutError`` when the processes
+    are still running after ``timeout`` seconds. What the processes write to stderr is passed on, except C++
+    crash reports and PyTorch's log lines (the exception says why in words).
     """
     if not dist.is_available() or not dist.is_gloo_available():
         raise NoProcessGroup("this PyTorch was built without torch.distributed / Gloo")
@@ -146,18 +220,25 @@ def run_in_group(work, world_size: int, learner_fn=None, args=(), timeout: float
         for i in hung:
             processes[i].kill()
             processes[i].join(5)
-        results = []
+        results, stderr = [], []
         for rank in range(world_size):
             path = os.path.join(tmp, f"rank{rank}.pt")
             results.append(torch.load(path, weights_only=False) if os.path.exists(path) else None)
+            err = Path(tmp) / f"rank{rank}.err"
+            stderr.append(err.read_text(encoding="utf-8", errors="replace") if err.exists() else "")
+    for text in stderr:
+        _relay(text)
     if any(r is not None and r["status"] == "not done" for r in results):
         return results  # a stub: "not done yet", whatever happened on the other ranks
     if any(r is not None and r["status"] == "no group" for r in results):
         reason = next(r["error"] for r in results if r is not None and r["status"] == "no group")
         raise NoProcessGroup(f"torch.distributed.init_process_group('gloo') failed: {reason}")
-    if hung or any(r is None for r in results):
-        missing = [i for i, r in enumerate(results) if r is None]
-        raise TimeoutError(f"ranks {missing} did not finish within {timeout:.0f} s")
+    stopped = {rank: _crash_reason(stderr[rank], processes[rank].exitcode)
+               for rank, r in enumerate(results) if r is None and rank not in hung}
+    if stopped:
+        raise RanksStopped(stopped, results)
+    if hung:
+        raise TimeoutError(f"ranks {hung} did not finish within {timeout:.0f} s")
     return results
 
 

@@ -1,4 +1,4 @@
-"""Train the course's GPT on tiny Shakespeare, from a laptop to a GPU cluster (notebook 10).
+r"""Train the course's GPT on tiny Shakespeare, from a laptop to a GPU cluster (notebook 10).
 
 One process (a CPU, or one GPU)::
 

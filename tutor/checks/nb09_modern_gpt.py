@@ -390,6 +390,38 @@ def _module_type_hint(module, name, want, why):
     return sub
 
 
+THETA = 100.0  # a theta far from the default 10000, so that a block or model that drops it is seen at once
+BLOCK_THETA_HINT = ("pass theta on to the attention: self.attn = RotaryAttention(d_model, n_heads, theta) "
+                    "(not the default 10000)")
+GPT_THETA_HINT = ("pass config.theta on to every block: ModernBlock(config.d_model, config.n_heads, d_hidden, "
+                  "config.theta), and the block passes it to RotaryAttention")
+
+
+def _expect_theta(module, expected, what, hint):
+    """A stored ``theta`` (``attn.theta``) that is a number and not ``expected`` is named before any comparison."""
+    got = getattr(getattr(module, "attn", None), "theta", None)
+    if isinstance(got, (int, float)) and not isinstance(got, bool) and float(got) != expected:
+        raise Mismatch(f"{what}.attn.theta is {got:g}, expected {expected:g}: theta is not passed on",
+                       hint=hint)
+
+
+def _block_theta(cls):
+    label = f"ModernBlock({D}, {H}, 24, theta={THETA:g})"
+    with case(label):
+        block = build(cls, D, H, 24, theta=THETA, what=label)
+        _expect_theta(block, THETA, "block", BLOCK_THETA_HINT)
+        reference = _randomise(ref.ModernBlock(D, H, 24, theta=THETA), seed=1)
+        load_reference_weights(block, reference, "your ModernBlock")
+        default_theta = ref.ModernBlock(D, H, 24)
+        default_theta.load_state_dict(reference.state_dict())
+        x = torch.randn(2, 6, D)
+        got = call(block, x, what="block(x)")
+        with torch.no_grad():
+            expect_close(got, reference(x), "the output of forward", atol=1e-5, rtol=1e-4, mistakes=[
+                (f"theta is ignored: the attention rotates with theta = 10000, not {THETA:g}; " + BLOCK_THETA_HINT,
+                 lambda: default_theta(x))])
+
+
 @check("ModernBlock")
 def ModernBlock(cls):
     torch.default_generator.manual_seed(0)
@@ -422,6 +454,7 @@ def ModernBlock(cls):
                             for text, v in BLOCK_MISTAKES]
                 expect_close(got, reference(x, **kw), "the output of forward", atol=1e-5, rtol=1e-4,
                              mistakes=mistakes)
+    _block_theta(cls)
     with case("a KVCache(2), layer=1: x[:, 0:4] at positions 0..3, then x[:, 4:5] at position 4"):
         cache, ref_cache = ref.KVCache(2), ref.KVCache(2)
         x = torch.randn(2, 5, D)
@@ -439,7 +472,7 @@ def ModernBlock(cls):
             for (a, b), g, e in zip([(0, 4), (4, 5)], got, expected):
                 expect_close(g, e, f"the output for x[:, {a}:{b}]", atol=1e-5, rtol=1e-4,
                              hint="pass positions, cache and layer on to attn unchanged")
-    return "3 inputs, a cache at layer 1"
+    return "3 inputs, theta, a cache at layer 1"
 
 
 # --- the modern GPT -----------------------------------------------------------------------------
@@ -583,8 +616,28 @@ def ModernGPT(cls):
         config40 = ref.ModernConfig(**{**SMALL, "d_hidden": 40})
         model40 = build(cls, config40, what="ModernGPT(ModernConfig(..., d_hidden=40))")
         _modern_structure(model40, config40)
+    _gpt_theta(cls)
     _init_statistics(cls)
-    return "4 inputs, a cache fed in 4 calls, d_hidden, initialisation statistics"
+    return "4 inputs, a cache fed in 4 calls, d_hidden, theta, initialisation statistics"
+
+
+def _gpt_theta(cls):
+    config = ref.ModernConfig(**{**SMALL, "theta": THETA})
+    with case(f"ModernConfig(..., theta={THETA:g})"):
+        model = build(cls, config, what=f"ModernGPT(ModernConfig(..., theta={THETA:g}))")
+        _modern_structure(model, config)
+        for i, block in enumerate(model.blocks):
+            _expect_theta(block, THETA, f"blocks[{i}]", GPT_THETA_HINT)
+        reference = _randomise(ref.ModernGPT(config), seed=2)
+        load_reference_weights(model, reference, "your ModernGPT")
+        default_theta = ref.ModernGPT(ref.ModernConfig(**SMALL))
+        default_theta.load_state_dict(reference.state_dict())
+        ids = torch.randint(0, config.vocab_size, (2, config.max_len))
+        got = call(model, ids, what="model(ids)")
+        with torch.no_grad():
+            expect_close(got, reference(ids), "the logits", atol=1e-4, rtol=1e-4, mistakes=[
+                (f"config.theta is ignored: the blocks rotate with theta = 10000, not {THETA:g}; " + GPT_THETA_HINT,
+                 lambda: default_theta(ids))])
 
 
 def _init_statistics(cls):

@@ -6,16 +6,23 @@ method of macOS and Windows) cannot pickle. On Linux (Colab included) the proces
 they inherit the function as it is; elsewhere they are spawned and get the function's source code,
 which they run again with ``torch``, ``dist``, ``nn``, ``F`` and ``math`` defined. Set
 ``TUTOR_DIST_START=spawn`` (or ``fork``) to choose. Where no process group can start, the check
-says so in its result.
+says so in its result. Each process counts its collective calls (``dist.all_reduce``, ...), so that calls that
+do not match between processes (``all_reduce`` on rank 0 only, or once too often on one rank) are named as such,
+with what Gloo said in words (its C++ crash report stays out of the notebook: ``tutor.distributed``).
 """
 
 
+import functools
+from collections import Counter
+from contextlib import contextmanager
+
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from tutor import reference as ref
 from tutor.checks.harness import LearnerError, Mismatch, NotDone, call, case, check
-from tutor.distributed import NoProcessGroup, learner_where, run_in_group, start_method
+from tutor.distributed import NoProcessGroup, RanksStopped, gloo_reason, learner_where, run_in_group, start_method
 
 __all__ = ["get_batch", "flops_per_token", "average_gradients"]
 
@@ -95,6 +102,40 @@ def _offsets(x, y, data):
     return offsets
 
 
+GLOBAL_RNG = ("with generator=None, leave it None and pass it on: torch.randint(..., generator=generator) then "
+              "draws from torch's global generator, which torch.manual_seed (and tutor.seed_everything) seeds, "
+              "so a run can be repeated. Don't make a generator of your own: `generator or torch.Generator()` "
+              "starts from the same fixed seed at every call")
+
+
+def _global_rng(fn):
+    """With ``generator=None`` the batch follows torch's global generator: the same seed gives the same batch,
+    another seed another one, and two calls in a row differ."""
+    data = torch.arange(200)
+    what = "get_batch(data [200], block_size=8, batch_size=16)"
+
+    def batch(seed=None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        return _batch(fn, data, 8, 16, None, what)[0]
+
+    first, second = batch(5), batch()
+    again = batch(5)
+    other = batch(6)
+    if torch.equal(first, second):
+        raise Mismatch("with generator=None, two calls in a row gave the same batch",
+                       ["torch.manual_seed(5), then get_batch(...) twice: the same windows both times",
+                        "each call seems to make a new generator with a fixed seed, so training would see one batch "
+                        "over and over"], GLOBAL_RNG)
+    if not torch.equal(first, again):
+        raise Mismatch("with generator=None, torch.manual_seed(5) twice gave two different batches",
+                       ["the offsets do not come from torch's global generator (random.randint, numpy, or a "
+                        "generator kept from an earlier call?)"], GLOBAL_RNG)
+    if torch.equal(first, other):
+        raise Mismatch("with generator=None, torch.manual_seed(5) and torch.manual_seed(6) gave the same batch",
+                       ["the global seed is ignored"], GLOBAL_RNG)
+
+
 @check("get_batch")
 def get_batch(fn):
     with case("data = arange(100), block_size 8, batch_size 4"):
@@ -122,6 +163,8 @@ def get_batch(fn):
             raise Mismatch("every row of the batch starts at the same offset",
                            hint="draw batch_size offsets: "
                                 "torch.randint(N - block_size, (batch_size,), generator=generator)")
+    with case("generator=None (the default): torch's global random numbers, seeded with torch.manual_seed"):
+        _global_rng(fn)
     with case("offsets cover 0 .. N - block_size - 1 uniformly: data [20], block_size 5, 4000 windows"):
         N, T = 20, 5
         data = torch.arange(N)
@@ -158,13 +201,14 @@ def get_batch(fn):
             i = joined.find(row + target[-1])
             if i < 0:
                 raise Mismatch(f"row {b}: x and y are not a window of the text and its shift by one")
-    return "windows, shifted targets, seeded, uniform offsets 0 .. N - block_size - 1"
+    return "windows, shifted targets, seeded (a generator or the global seed), uniform offsets 0 .. N - block_size - 1"
 
 
 # --- flops_per_token ----------------------------------------------------------------------------
 
 
 def _flops_mistakes(N, L, d, T):
+    """(value, why) of each known mistake; ``flops_cases`` makes every value differ from the others."""
     return [
         (6 * N, "only the 6N term: add the attention over the context, 12 * n_layers * d_model * block_size"),
         (2 * N + 12 * L * d * T, "2N counts the forward pass only; training also runs the backward pass (twice the "
@@ -172,23 +216,41 @@ def _flops_mistakes(N, L, d, T):
         (2 * N + 4 * L * d * T, "these are the forward pass's FLOPs only: multiply by 3 for forward and backward"),
         (2 * N, "2N counts the forward pass only, and the attention term is missing: 6N + 12 L d T"),
         (6 * N + 6 * L * d * T, "the attention term is 12 * n_layers * d_model * block_size, not 6 ..."),
+        (6 * N + L * d * T, "the attention term needs its factor 12 (2 matrix products, QKᵀ and AV, of 2 FLOPs per "
+                            "multiply-add, times 3 for forward and backward): 12 * n_layers * d_model * block_size"),
         (6 * N + 12 * L * d * T * T, "the attention term grows with the context as T, not T²: per token, "
                                      "12 * n_layers * d_model * block_size"),
-        (6 * N + 12 * L * d * d, "the attention term uses the context length: 12 * n_layers * d_model * block_size"),
+        (6 * N + 12 * L * d * d, "the attention term uses d_model twice; its last factor is the context length: "
+                                 "12 * n_layers * d_model * block_size"),
         ((6 * N + 12 * L * d * T) * T, "this is per sequence of block_size tokens; the exercise asks per token"),
         (6 * N + 12 * L * T, "the attention term is missing d_model: 12 * n_layers * d_model * block_size"),
         (6 * N + 12 * d * T, "the attention term is missing n_layers: 12 * n_layers * d_model * block_size"),
+        (6 * N + 12 * L * d, "the attention term is missing block_size (the context each token attends over): "
+                             "12 * n_layers * d_model * block_size"),
+    ]
+
+
+def flops_cases():
+    """(label, n_params, n_layers, d_model, block_size) of the check: notebook 10's CPU model (counted from the
+    preset the notebook trains, as the notebook counts it), GPT-2 large and two small models. In every case the
+    four arguments differ (and none is 1), so that each known mistake gives its own number and is named right."""
+    from tutor.train.long_run import PRESETS  # here, not at import: the training package is not needed before
+
+    cpu = PRESETS["cpu"]
+    with torch.random.fork_rng(devices=[]):  # building the model draws its initial weights: not from the learner's RNG
+        n = sum(p.numel() for p in ref.GPT(cpu.model_config()).parameters())
+    return [
+        (f"notebook 10's CPU model: N={n:,}, {cpu.n_layers} layers, d_model {cpu.d_model}, "
+         f"block_size {cpu.block_size}", n, cpu.n_layers, cpu.d_model, cpu.block_size),
+        ("GPT-2 large: N=774M, 36 layers, d_model 1280, block_size 1024", 774_000_000, 36, 1280, 1024),
+        ("tiny: N=1,000, 3 layers, d_model 8, block_size 5", 1000, 3, 8, 5),
+        ("N=10,816, 4 layers, d_model 16, block_size 40", 10_816, 4, 16, 40),
     ]
 
 
 @check("flops_per_token")
 def flops_per_token(fn):
-    cases = [
-        ("notebook 10's CPU model: N=816,768, 4 layers, d_model 128, block_size 128", 816_768, 4, 128, 128),
-        ("GPT-2 small: N=124M, 12 layers, d_model 768, block_size 1024", 124_000_000, 12, 768, 1024),
-        ("tiny: N=1,000, 1 layer, d_model 8, block_size 3", 1000, 1, 8, 3),
-        ("N=10,816, 2 layers, d_model 16, block_size 32", 10_816, 2, 16, 32),
-    ]
+    cases = flops_cases()
     for label, N, L, d, T in cases:
         with case(label):
             what = f"flops_per_token(n_params={N}, n_layers={L}, d_model={d}, block_size={T})"
@@ -243,13 +305,44 @@ def _rank_model(rank):
     return model
 
 
+COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
+
+SAME_CALLS = ("every process must call all_reduce, the same number of times, in the same order (one call per "
+              "parameter with a gradient, in model.parameters() order): a collective waits for every process of "
+              "the group. No `if dist.get_rank() == 0:` around it, and no extra call on one rank")
+
+
+@contextmanager
+def _counting_collectives(counts: Counter):
+    """Count this process's calls of ``dist.all_reduce``, ``dist.reduce``, ... (as ``dist.<name>``) in ``counts``."""
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def counted(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for name, fn in originals.items():
+        setattr(dist, name, counted(name, fn))
+    try:
+        yield counts
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+
+
 def _average_on_rank(rank, world_size, fn):
     """One process of the group (run by ``tutor.distributed.run_in_group``): build this rank's model and
-    gradients, call the learner's function, return what it left in ``.grad`` and the weights."""
+    gradients, call the learner's function, return what it left in ``.grad``, the weights, and how many
+    collective calls it made."""
     result = {}
     model = _rank_model(rank)
+    counts = result["collectives"] = Counter()
     try:
-        fn(model)
+        with _counting_collectives(counts):
+            fn(model)
     except NotImplementedError:
         result["status"] = "not done"
     except Exception as e:  # noqa: BLE001 - learner code in a child process: reported to the parent as an error
@@ -315,6 +408,43 @@ def _diagnose(results, world_size, local, total):
                         f"{grads[n].flatten()[:3].tolist() if grads[n] is not None else None} ..."], hint)
 
 
+def _describe_calls(counts) -> str:
+    return ", ".join(f"{n} {name}" for name, n in sorted(counts.items()) if n) or "none"
+
+
+def _calls_per_rank(results, world_size) -> list:
+    """"collective calls: rank 0: 4 all_reduce; rank 1: none" (ranks without a result: "stopped")."""
+    parts = []
+    for rank in range(world_size):
+        r = results[rank] if rank < len(results) else None
+        counts = None if r is None else r.get("collectives")
+        parts.append(f"rank {rank}: " + ("stopped" if r is None else "?" if counts is None else
+                                         _describe_calls(counts) + (" (then it raised)" if r["status"] == "error"
+                                                                     else "")))
+    return ["collective calls: " + "; ".join(parts)]
+
+
+GLOO_COMMUNICATION = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out waiting",
+                      "collective mismatch", "doesn't match expected size", "Connection refused")
+
+
+def _expect_same_calls(results, world_size):
+    """The ranks made different collective calls (counted in each process), or one of them failed inside Gloo
+    because another had stopped talking to it: name it, with the calls of every rank."""
+    counts = [r.get("collectives") for r in results]
+    differ = all(c is not None for c in counts) and any(c != counts[0] for c in counts)
+    comms = [r for r in results if r["status"] == "error" and any(s in r["error"] for s in GLOO_COMMUNICATION)]
+    if not (differ or comms):
+        return
+    details = _calls_per_rank(results, world_size)
+    for r in comms:
+        details.append(f"rank {r['rank']} failed in Gloo: {gloo_reason(r['error'])}"
+                       + (f" (at {r['where']})" if r.get("where") else ""))
+    raise Mismatch("the processes did not make the same collective calls"
+                   + (": one waited in all_reduce for a process that never called it" if comms else ""),
+                   details, SAME_CALLS)
+
+
 @check("average_gradients", timeout=240.0)
 def average_gradients(fn):
     for world_size in (2, 3):
@@ -325,13 +455,18 @@ def average_gradients(fn):
                 raise Mismatch("could not start a process group on this machine, so your function was not run",
                                [str(e)], "nothing wrong with your code as far as we know: run this notebook on "
                                          "Linux, macOS or Colab, where Gloo works") from None
+            except RanksStopped as e:
+                ranks = ", ".join(str(rank) for rank in sorted(e.stopped))
+                raise Mismatch(f"the processes' collective calls did not match: Gloo stopped rank {ranks} "
+                               f"of {world_size}",
+                               [f"rank {rank}: {why}" for rank, why in sorted(e.stopped.items())]
+                               + _calls_per_rank(e.results, world_size), SAME_CALLS) from None
             except TimeoutError as e:
-                raise Mismatch("the processes did not finish in time", [str(e)],
-                               "every process must call all_reduce for the same parameters in the same order "
-                               "(a collective waits for all of them): "
-                               "no `if dist.get_rank() == 0:` around it") from None
+                raise Mismatch("the processes did not finish in time: some wait in a collective call that the "
+                               "others never make", [str(e)], SAME_CALLS) from None
             if any(r is not None and r["status"] == "not done" for r in results):
                 raise NotDone()
+            _expect_same_calls(results, world_size)
             errors = [r for r in results if r["status"] == "error"]
             if errors:
                 r = errors[0]
