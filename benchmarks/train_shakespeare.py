@@ -6,6 +6,8 @@ validation loss it reaches (CPU), or the time it takes to reach nanoGPT's 1.47 a
     python benchmarks/train_shakespeare.py --quick            # a 20 s smoke run
     python benchmarks/train_shakespeare.py --steps 300        # a fixed number of steps (a busy machine)
     python benchmarks/train_shakespeare.py --device cuda      # GPU: time to val 1.47, MFU
+    python benchmarks/train_shakespeare.py --vs-nanogpt ../shared/anchors/nanoGPT --runs 2
+                                                              # side by side with nanoGPT, same machine and time
 
 On a CPU the run plans its number of steps from the speed of its first steps, so that the
 learning-rate schedule ends when the time is up (the last evaluation included), and stops there at
@@ -68,10 +70,16 @@ def main(argv=None) -> int:
     p.add_argument("--peak-tflops", type=float, help="peak TFLOP/s for MFU (default: from the table)")
     p.add_argument("--batch-size", type=int, help="sequences per step (default: the preset's)")
     p.add_argument("--lr", type=float, help="peak learning rate (default: the preset's; min_lr is a tenth)")
-    p.add_argument("--eval-batches", type=int, default=40, help="validation batches in the final evaluation")
+    p.add_argument("--eval-batches", type=int, default=100, help="validation batches in the final evaluation")
+    p.add_argument("--vs-nanogpt", metavar="DIR", type=Path,
+                   help="a checkout of karpathy/nanoGPT (e.g. ../shared/anchors/nanoGPT): run its README CPU recipe "
+                        "for the same wall time right after, and compare")
+    p.add_argument("--runs", type=int, default=1, help="with --vs-nanogpt: alternate this many pairs of runs")
     args = p.parse_args(argv)
     if args.quick:
         args.seconds = 20.0
+    if args.vs_nanogpt is not None:
+        return versus_nanogpt(args)
 
     device = torch.device(args.device) if args.device else tutor_device()
     text_data = data.shakespeare_data(SHAKESPEARE if SHAKESPEARE.is_file() else None)
@@ -139,6 +147,76 @@ def main(argv=None) -> int:
         print(f"goal (CPU): val <= {CPU_GOAL} within {args.seconds:.0f} s on an idle 2-core CPU: "
               f"{'met' if final <= CPU_GOAL and in_budget else 'NOT met'} (val {final:.3f})")
     return 0
+
+
+# Measured elsewhere (issue 22, on 0acc2a8, an idle 2-core machine, one after the other): what --vs-nanogpt measures.
+MEASURED_ELSEWHERE = [
+    ("nanoGPT's README CPU recipe, 2,000 iters", "60 s", 1.880),
+    ("nanoGPT's README CPU recipe, 6,000 iters", "180 s", 1.604),
+    ("the course, notebook 10's preset then (1 thread)", "180 s", 1.653),
+]
+
+
+def versus_nanogpt(args) -> int:
+    """The course's run and nanoGPT's README CPU recipe, each for ``args.seconds`` of wall time, alternated
+    ``args.runs`` times on this machine; both final models evaluated on the same validation windows."""
+    import statistics
+
+    from nanogpt_anchor import check_same_split, nanogpt_run, prepare
+
+    checkout = args.vs_nanogpt
+    if not (checkout / "train.py").is_file():
+        print(f"{checkout} is not a nanoGPT checkout (no train.py). Figures measured elsewhere, not here:")
+        for what, wall, loss in MEASURED_ELSEWHERE:
+            print(f"  {what:<52} {wall:>6}  val {loss:.3f}")
+        return 2
+    device = torch.device("cpu")
+    text_data = data.shakespeare_data(SHAKESPEARE if SHAKESPEARE.is_file() else None)
+    config = replace(long_run.preset("cpu", device), vocab_size=text_data.vocab.vocab_size)
+    batches = tr.fixed_batches(text_data.val, config.block_size, config.batch_size, args.eval_batches, seed=99)
+    work = prepare(checkout, text_data.text)
+    check_same_split(work, text_data.train, text_data.val)
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+          f"{args.seconds:.0f} s each; validation: the same {args.eval_batches} x {config.batch_size} windows of "
+          f"{config.block_size} characters of the last 10% for both")
+    ours, theirs = [], []
+    for r in range(args.runs):
+        course = course_run(config, text_data, args.seconds, batches, seed=r)
+        ours.append(course)
+        print(f"run {r + 1}: course  val {course['val']:.4f}  {course['tps']:>7,.0f} tok/s  {course['wall']:.0f} s "
+              f"({course['steps']} steps, {course['note']})", flush=True)
+        anchor = nanogpt_run(checkout, args.seconds, text_data.text, batches, work=work)
+        theirs.append(anchor)
+        print(f"run {r + 1}: nanoGPT val {anchor.val_loss:.4f}  {anchor.tokens_per_second:>7,.0f} tok/s  "
+              f"{anchor.seconds:.0f} s ({anchor.iters} iters of {anchor.ms_per_iter:.1f} ms; its own estimate "
+              f"{anchor.val_loss_own:.4f})", flush=True)
+    mean_ours = statistics.mean(c["val"] for c in ours)
+    mean_theirs = statistics.mean(a.val_loss for a in theirs)
+    print(f"\nmean of {args.runs}: course {mean_ours:.4f}, nanoGPT {mean_theirs:.4f}, difference "
+          f"{mean_ours - mean_theirs:+.4f} (goal: -0.05 or lower); tokens/s course "
+          f"{statistics.mean(c['tps'] for c in ours):,.0f}, nanoGPT "
+          f"{statistics.mean(a.tokens_per_second for a in theirs):,.0f}")
+    print(f"goal (CPU): course <= nanoGPT - 0.05 at equal wall time: "
+          f"{'met' if mean_ours <= mean_theirs - 0.05 else 'NOT met'}")
+    return 0
+
+
+def course_run(config, text_data, seconds, batches, seed=0) -> dict:
+    """Notebook 10's preset for ``seconds`` of wall time, start-up and compile included, the schedule planned to
+    end there; its validation loss on ``batches``."""
+    start = time.perf_counter()
+    config = replace(config, seed=seed)
+    per_step = time_per_step(config, text_data, torch.device("cpu"))
+    spent = time.perf_counter() - start
+    steps = max(20, int((seconds - spent) / per_step) - (4 * config.eval_batches) // 3 - 2)
+    config = replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 10),
+                     eval_every=max(steps // 4, 1))
+    run = long_run.train(config, text_data=text_data, device=torch.device("cpu"), seconds=seconds - spent,
+                         progress=False, log=lambda *a, **k: None)
+    wall = time.perf_counter() - start
+    val = tr.evaluate(run.model, batches, long_run.IGNORE_NONE)
+    return {"val": val, "tps": run.history.tokens / max(wall, 1e-9), "wall": wall, "steps": run.step,
+            "note": config.describe()}
 
 
 def time_per_step(config, text_data, device, warmup=3, steps=12):

@@ -5,6 +5,8 @@ One process (a CPU, or one GPU)::
     python -m tutor.scale --preset cpu                 # about 3 minutes on a laptop CPU
     python -m tutor.scale --preset gpu                 # one GPU: bf16 autocast, torch.compile
     python -m tutor.scale --preset cpu --max-steps 50  # a short run
+    python -m tutor.scale --preset gpu --device cpu --bf16 --compile --max-steps 4 --batch-size 4
+                                                       # the GPU's code path, tried on a CPU
 
 Several processes on one machine (data parallel, ``DistributedDataParallel``; NCCL between GPUs,
 Gloo between CPU processes)::
@@ -81,8 +83,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="gpt, modern (notebook 09's ModernGPT, when present) or module:Class")
     p.add_argument("--device", help="cuda, mps or cpu (default: the best there is)")
     p.add_argument("--threads", type=int, help="CPU threads per process")
-    p.add_argument("--no-compile", action="store_true", help="don't torch.compile (CUDA)")
-    p.add_argument("--no-bf16", action="store_true", help="don't use bf16 autocast (CUDA)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the model (default: the preset's; --compile on a CPU runs the GPU code path)")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                   help="bf16 autocast (default: the preset's; on a CPU it pays with AMX or AVX512-BF16)")
     p.add_argument("--seed", type=int)
     p.add_argument("--data", help="a text file to train on instead of tiny Shakespeare")
     p.add_argument("--out-dir", default="runs/shakespeare", help="where checkpoints go (default runs/shakespeare)")
@@ -109,10 +113,10 @@ def config_from_args(args, device) -> long_run.ScaleConfig:
                          eval_every=min(config.eval_every, max(args.max_steps, 1)))
     if args.lr is not None:
         config = replace(config, min_lr=args.lr / 10)
-    if args.no_compile:
-        config = replace(config, compile=False)
-    if args.no_bf16:
-        config = replace(config, bf16=False)
+    if args.compile is not None:  # given on the command line: on any device, the GPU's code path on a CPU too
+        config = replace(config, compile=args.compile)
+    if args.bf16 is not None:
+        config = replace(config, bf16=args.bf16)
     return config
 
 
@@ -133,7 +137,8 @@ def main(argv=None) -> int:
                 resume = None
         where = f"{d.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'})" if d.on else "1 process"
         say(f"device: {device} x {where}; preset: {config.describe()}"
-            + ("; bf16 autocast, torch.compile" if device.type == "cuda" and config.bf16 and config.compile else ""))
+            + "".join(f"; {what}" for what, on in (("bf16 autocast", config.bf16), ("torch.compile", config.compile))
+                      if on))
         if resume is not None:
             say(f"resuming from {resume}")
         try:

@@ -13,7 +13,7 @@ one job per module.
 | ``threads`` | ``cpu_cores``, ``ThreadChooser`` (``cpu_threads="auto"``) |
 | ``checkpoint`` | ``save_checkpoint``/``load_checkpoint``; ``save_training_state``/``load_training_state`` (resume) |
 | ``streams`` | ``RandomWindows``, ``fixed_batches``: batches of windows of a long text (notebook 10) |
-| ``metrics`` | ``peak_flops``, ``mfu`` |
+| ``metrics`` | ``peak_flops`` (measured on a CPU), ``cpu_peak_flops``, ``cpu_has_fast_bf16``, ``mfu`` |
 | ``sampling`` | ``sample_names``, ``seeded`` |
 | ``long_run`` | notebook 10's run on a long text: ``ScaleConfig``, ``PRESETS``, ``train``, ``data_parallel_step`` |
 | ``bpe_vs_chars`` | notebook 11's payoff: characters against BPE tokens at the same compute |
@@ -38,7 +38,14 @@ from tutor.train.checkpoint import (
 )
 from tutor.train.config import TrainConfig
 from tutor.train.loop import History, accumulate_step, fit
-from tutor.train.metrics import CPU_PEAK_TFLOPS_PER_CORE, PEAK_TFLOPS, mfu, peak_flops
+from tutor.train.metrics import (
+    PEAK_TFLOPS,
+    cpu_has_fast_bf16,
+    cpu_peak_flops,
+    measure_matmul_flops,
+    mfu,
+    peak_flops,
+)
 from tutor.train.models import (
     AutocastBF16,
     BigramModel,
@@ -85,7 +92,8 @@ __all__ = [
     "save_checkpoint", "load_checkpoint", "CheckpointError", "CHECKPOINT_MAGIC", "save_training_state",
     "previous_checkpoint", "load_training_state", "rng_states", "set_rng_states",
     # streams, metrics, sampling
-    "RandomWindows", "fixed_batches", "PEAK_TFLOPS", "CPU_PEAK_TFLOPS_PER_CORE", "peak_flops", "mfu",
+    "RandomWindows", "fixed_batches", "PEAK_TFLOPS", "cpu_peak_flops", "cpu_has_fast_bf16", "measure_matmul_flops",
+    "peak_flops", "mfu",
     "sample_names", "seeded",
     # notebook 08's four exercises (tutor.reference.training), fit's defaults
     "lm_loss", "lr_schedule", "train_step", "evaluate",

@@ -23,8 +23,8 @@ class TrainConfig:
     clip: float = 1.0
     eval_every: int = 200  # steps between two evaluations on ``eval_batches`` validation batches
     eval_batches: int = 10
-    bf16: bool = False  # CUDA only: run the forward pass under torch.autocast(dtype=torch.bfloat16)
-    compile: bool = False  # torch.compile the model (CUDA only here: on a CPU the compile costs more than it saves)
+    bf16: bool = False  # run the forward pass under torch.autocast(dtype=torch.bfloat16) (CUDA or CPU)
+    compile: bool = False  # torch.compile the model (CUDA or CPU; its compile time counts in a run's wall time)
     # threads for training on a CPU: a number, None (PyTorch's default, one per core), or "auto" (``ThreadChooser``:
     # the fastest of 1, 2, 4, ... measured while training, again every few hundred steps); see fit
     cpu_threads: int | str | None = 1

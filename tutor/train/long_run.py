@@ -207,7 +207,9 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
     threads_before = torch.get_num_threads()
     if device.type == "cpu" and isinstance(config.cpu_threads, int):  # fit sets it too; peak_flops reads it here
         torch.set_num_threads(config.cpu_threads)
-    peak, peak_note = peak_flops(device, peak_tflops)
+    # the peak of all processes together, in the precision the matrix products run in
+    peak, peak_note = peak_flops(device, peak_tflops, dtype=torch.bfloat16 if config.bf16 else torch.float32,
+                                 processes=d.world_size)
 
     out_dir = Path(out_dir) if out_dir is not None else None
     last_path = out_dir / "last.pt" if out_dir is not None else None

@@ -55,7 +55,8 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     ``step_fn``, ``eval_fn`` and ``lr_fn`` default to ``train_step``, ``evaluate`` and
     ``lr_schedule``; the notebook passes the learner's own. ``plot`` (optional) has an
     ``update(history)`` method called after every evaluation (see ``tutor.viz.training.LivePlot``).
-    ``config.bf16`` and ``config.compile`` only act on CUDA. With ``config.packed`` (batches from
+    ``config.bf16`` and ``config.compile`` act on CUDA and on a CPU (the presets switch them on where they pay).
+    With ``config.packed`` (batches from
     ``tutor.data.make_packed_loader``), the step and the evaluation get the model wrapped in ``PackedNames``.
 
     For longer runs (notebook 10, ``python -m tutor.scale``):
@@ -78,9 +79,9 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     runner = model if runner is None else runner
     if getattr(config, "packed", False):
         runner = PackedNames(runner)
-    if config.bf16 and device.type == "cuda":
-        runner = AutocastBF16(runner)
-    if config.compile and device.type == "cuda":
+    if config.bf16 and device.type in ("cuda", "cpu"):
+        runner = AutocastBF16(runner, device.type)
+    if config.compile and device.type in ("cuda", "cpu"):
         runner = torch.compile(runner)
     # On 2 idle cores a second thread makes a step of the CPU preset about 1.3-1.5x faster, but threads that wait for
     # each other slow down many times over when other programs share the cores: "auto" measures which is faster.

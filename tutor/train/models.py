@@ -1,5 +1,5 @@
 """The models a training run builds: the bigram baseline, the GPT of a config (with fused kernels), and the two
-wrappers ``fit`` puts around it (``PackedNames`` for packed batches, ``AutocastBF16`` for bf16 on CUDA)."""
+wrappers ``fit`` puts around it (``PackedNames`` for packed batches, ``AutocastBF16`` for bf16 autocast)."""
 
 import importlib
 from dataclasses import asdict
@@ -62,7 +62,8 @@ def make_model(config, device="cpu"):
     torch.manual_seed(config.seed)
     cls, gpt_config = model_class(config), config.model_config()
     if cls.__name__ == "ModernGPT":  # notebook 09's model takes a ModernConfig (no position table, SwiGLU, RoPE)
-        gpt_config = ModernConfig(**{k: v for k, v in asdict(gpt_config).items() if k != "dropout"})
+        fields = ModernConfig.__dataclass_fields__  # (not dropout, nor GPT-2's switches)
+        gpt_config = ModernConfig(**{k: v for k, v in asdict(gpt_config).items() if k in fields})
     model = cls(gpt_config).to(device)
     if config.fused_kernels:
         use_fused_kernels(model)
@@ -105,19 +106,20 @@ class PackedNames(nn.Module):
 
 
 class AutocastBF16(nn.Module):
-    """Wraps a model so that its forward pass runs under bf16 autocast on CUDA.
+    """Wraps a model so that its forward pass runs under bf16 autocast (on CUDA, or on a CPU: ``device_type``).
 
     The parameters stay float32 (the optimizer updates them in full precision); matrix products
     run in bfloat16. The logits are returned in float32, so the loss (computed outside the
     autocast region, by ``train_step`` or ``evaluate``) is computed in full precision.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, device_type: str = "cuda"):
         super().__init__()
         self.model = model
+        self.device_type = device_type
         self.config = getattr(model, "config", None)
 
     def forward(self, *args, **kwargs):
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        with torch.autocast(device_type=self.device_type, dtype=torch.bfloat16):
             logits = self.model(*args, **kwargs)
         return logits.float()
