@@ -3,6 +3,7 @@ resume, so that the first run on a real GPU meets no Python error. Sizes are cut
 code that runs is the GPU preset's. About two minutes, most of it torch.compile generating C++ kernels."""
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,7 +16,11 @@ from tutor import data
 from tutor import train as tr
 from tutor.reference import vocab_size
 
-pytestmark = pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
+pytestmark = [
+    pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here"),
+    pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                       reason="torch.compile on a CPU needs a C++ compiler (g++): .ci/run installs it"),
+]
 
 SHAKESPEARE = SHARED / "data" / "tinyshakespeare.txt"
 
