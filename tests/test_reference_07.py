@@ -18,8 +18,10 @@ def test_gpt_config_fields_and_defaults():
     import dataclasses
 
     fields = [(f.name, f.default) for f in dataclasses.fields(GPTConfig)]
-    assert fields == [("vocab_size", 28), ("max_len", 16), ("d_model", 64), ("n_heads", 4), ("n_layers", 4),
-                      ("dropout", 0.0)]
+    assert fields[:6] == [("vocab_size", 28), ("max_len", 16), ("d_model", 64), ("n_heads", 4), ("n_layers", 4),
+                          ("dropout", 0.0)]
+    # then GPT-2's switches (notebook 12), whose defaults keep this GPT
+    assert fields[6:] == [("attn_bias", False), ("tie_head", False), ("gelu_approximate", "none"), ("ln_eps", 1e-5)]
 
 
 def test_gpt_matches_torch_transformer_encoder_layers():

@@ -119,8 +119,8 @@ def test_the_terminal_command(store):
 def test_an_unknown_notebook_is_one_line_not_a_traceback(store, capsys):
     from tutor.__main__ import main
 
-    with pytest.raises(tutor.TutorError, match=r"there is no notebook 12: the notebooks are 01, .*08"):
-        tutor.progress(12)
+    with pytest.raises(tutor.TutorError, match=r"there is no notebook 13: the notebooks are 01, .*08"):
+        tutor.progress(13)
     with pytest.raises(tutor.TutorError, match="there is no notebook 'three'"):
         tutor.progress("three")
     assert main(["progress", "99"]) == 2

@@ -61,7 +61,8 @@ def test_word_explorer_has_a_fallback():
 
 def test_viz_exports_the_core_and_one_module_per_topic():
     assert viz.heatmap and viz.interactive and viz.figure_png and viz.WithFallback
-    for topic in ("attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe"):
+    for topic in ("attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe",
+                  "gpt2"):
         assert getattr(viz, topic).__name__ == f"tutor.viz.{topic}"
     assert sorted(viz.__all__) == sorted(name for name in vars(viz) if not name.startswith("_"))
 

@@ -62,6 +62,9 @@ NOTEBOOKS = [
     Notebook(11, "11_tokenization", "Tokenization: byte-pair encoding",
              "a byte-level BPE trainer and tokenizer that match tiktoken; "
              "characters vs BPE tokens in bits per byte", 90, data=("shakespeare",)),
+    Notebook(12, "12_gpt2", "GPT-2 in your own model",
+             "a strict loader of OpenAI's GPT-2 weights into your GPT, with logits equal to Hugging Face's; "
+             "text from your tokenizer and your KV cache", 90, data=("shakespeare",)),
 ]
 
 
@@ -136,6 +139,13 @@ EXERCISES = [
     _ex("BPETokenizer", 11, "BPETokenizer(vocab, merges, special_tokens=None) "
         "with encode(text), decode(ids), encode_iterable(lines)"),
     _ex("bits_per_byte", 11, "bits_per_byte(loss, n_tokens, n_bytes) -> float"),
+    # 12
+    _ex("course_names", 12, "course_names(hf_name: str) -> list[str]: the course's parameters a Hugging Face tensor "
+        "fills ([] for the causal-mask buffers; q, k, v for c_attn)"),
+    _ex("to_linear", 12, "to_linear(hf_name, tensor) -> tensor in nn.Linear's layout (Conv1D weights transposed)"),
+    _ex("split_qkv", 12, "split_qkv(tensor [3d, d] or [3d]) -> (q, k, v)"),
+    _ex("load_gpt2", 12, "load_gpt2(state_dict, n_heads) -> GPT: strict (a missing, unexpected or mis-shaped tensor "
+        "is a ValueError naming it)"),
 ]
 
 BY_NAME = {e.name: e for e in EXERCISES}

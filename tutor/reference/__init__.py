@@ -12,6 +12,7 @@ Every notebook imports what earlier notebooks taught from here, so it can be ope
 | ``training`` | 08 | the loss, the learning-rate schedule, one training step, evaluation |
 | ``scaling_up`` | 10 | ``get_batch``, ``flops_per_token``, ``average_gradients`` |
 | ``bpe`` | 11 | byte-level byte-pair encoding: ``train_bpe``, ``BPETokenizer``, ``bits_per_byte`` |
+| ``gpt2`` | 12 | GPT-2's weights: ``course_names``, ``to_linear``, ``split_qkv``, ``load_gpt2``, ``gpt2_from_hf`` |
 """
 
 from tutor.reference.attention import (  # noqa: F401
@@ -51,9 +52,20 @@ from tutor.reference.characters import (  # noqa: F401
     stoi,
     vocab_size,
 )
+from tutor.reference.gpt2 import (  # noqa: F401
+    config_from_hf,
+    course_names,
+    gpt2_from_hf,
+    hf_name,
+    hf_state_dict,
+    load_gpt2,
+    split_qkv,
+    to_linear,
+)
 from tutor.reference.layers import MLP, LayerNorm, ModernBlock, RMSNorm, SwiGLU, TransformerBlock  # noqa: F401
 from tutor.reference.model import (  # noqa: F401
     GPT,
+    GPT2_SIZES,
     GPTConfig,
     ModernConfig,
     ModernGPT,

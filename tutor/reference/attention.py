@@ -1,5 +1,5 @@
 """Attention, from one-hot vectors to multi-head attention (notebooks 01-04), and rotary attention
-with a key/value cache (notebook 09)."""
+with a key/value cache (notebook 09). ``MultiHeadAttention`` takes GPT-2's biases and a cache too (notebook 12)."""
 
 import math
 
@@ -89,23 +89,29 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 class MultiHeadAttention(nn.Module):
     """H attention heads in parallel on slices of the width, then an output projection."""
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool = True, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, causal: bool = True, dropout: float = 0.0, bias: bool = False):
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.n_heads = n_heads
         self.causal = causal
-        self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, d_model, bias=False)
-        self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        # bias=True: GPT-2's projections, which have biases (notebook 12); the course's have none
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.fused = False  # True: the same sums by PyTorch's fused kernel (tutor.train.use_fused_kernels)
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, cache=None, layer: int = 0):
+        """``x [B, T, C] -> [B, T, C]``. With a ``KVCache`` (notebook 09's, used by notebook 12 for GPT-2) the new
+        keys and values are appended to layer ``layer`` of the cache, and query ``i`` (at absolute position
+        ``start + i``) attends over every key held up to its own position."""
         B, T, C = x.shape
         q = split_heads(self.q_proj(x), self.n_heads)  # [B, H, T, d_head]
         k = split_heads(self.k_proj(x), self.n_heads)
         v = split_heads(self.v_proj(x), self.n_heads)
+        if cache is not None:
+            return self._cached(q, k, v, mask, cache, layer)
         if self.fused:  # scores, mask, softmax and weighted sum in one call (as nanoGPT's flash attention)
             p = self.dropout.p if self.training else 0.0
             if mask is None:
@@ -124,6 +130,27 @@ class MultiHeadAttention(nn.Module):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
+        weights = self.dropout(softmax(scores, dim=-1))
+        return self.out_proj(merge_heads(weights @ v))
+
+    def _cached(self, q, k, v, mask, cache, layer):
+        """Attention over every key the cache holds for ``layer``, these T new ones last."""
+        T = q.shape[-2]
+        k, v = cache.update(layer, k, v)  # [B, H, S, d_head]
+        S = k.shape[-2]
+        allowed = None
+        if self.causal:  # query i sits at position S - T + i and sees keys 0 .. S - T + i
+            allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=S - T)
+        if mask is not None:
+            mask = mask.unsqueeze(-3)  # the head axis
+            allowed = mask if allowed is None else mask & allowed
+        p = self.dropout.p if self.training else 0.0
+        if self.fused:
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
+            return self.out_proj(merge_heads(y))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
         weights = self.dropout(softmax(scores, dim=-1))
         return self.out_proj(merge_heads(weights @ v))
 

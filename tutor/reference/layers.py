@@ -46,13 +46,14 @@ class RMSNorm(nn.Module):
 
 
 class MLP(nn.Module):
-    """The position-wise feed-forward network: proj(gelu(fc(x))), then dropout."""
+    """The position-wise feed-forward network: proj(gelu(fc(x))), then dropout. ``approximate="tanh"`` is GPT-2's
+    GELU (notebook 12); the course's is the exact one."""
 
-    def __init__(self, d_model: int, d_hidden: int | None = None, dropout: float = 0.0):
+    def __init__(self, d_model: int, d_hidden: int | None = None, dropout: float = 0.0, approximate: str = "none"):
         super().__init__()
         d_hidden = d_hidden or 4 * d_model
         self.fc = nn.Linear(d_model, d_hidden)
-        self.act = nn.GELU()
+        self.act = nn.GELU(approximate=approximate)
         self.proj = nn.Linear(d_hidden, d_model)
         self.dropout = nn.Dropout(dropout)
 
@@ -74,17 +75,24 @@ class SwiGLU(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)). The residual stream is never normalised."""
+    """Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)). The residual stream is never normalised.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    GPT-2's differences (notebook 12) are keyword switches, off by default: ``bias`` on the attention projections,
+    ``approximate="tanh"`` for the GELU, and the LayerNorms' ``eps``."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, *, bias: bool = False,
+                 approximate: str = "none", eps: float = 1e-5):
         super().__init__()
-        self.ln1 = LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, causal=True, dropout=dropout)
-        self.ln2 = LayerNorm(d_model)
-        self.mlp = MLP(d_model, dropout=dropout)
+        self.ln1 = LayerNorm(d_model, eps)
+        self.attn = MultiHeadAttention(d_model, n_heads, causal=True, dropout=dropout, bias=bias)
+        self.ln2 = LayerNorm(d_model, eps)
+        self.mlp = MLP(d_model, dropout=dropout, approximate=approximate)
 
-    def forward(self, x, mask=None):
-        x = x + self.attn(self.ln1(x), mask)
+    def forward(self, x, mask=None, cache=None, layer: int = 0):
+        if cache is None:
+            x = x + self.attn(self.ln1(x), mask)
+        else:  # a KVCache: this block is layer `layer` of it
+            x = x + self.attn(self.ln1(x), mask, cache=cache, layer=layer)
         x = x + self.mlp(self.ln2(x))
         return x
 

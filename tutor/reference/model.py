@@ -1,14 +1,24 @@
 """The GPT: embeddings, a stack of blocks, a final norm and a language-model head (notebook 07), and the
-modern GPT with cached generation (notebook 09)."""
+modern GPT with cached generation (notebook 09). ``GPTConfig``'s last four fields are the switches that make the
+GPT into OpenAI's GPT-2 (``GPTConfig.gpt2()``, notebook 12); by default they keep the course's GPT."""
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 
 from tutor.reference.attention import KVCache, softmax
 from tutor.reference.layers import LayerNorm, ModernBlock, RMSNorm, TransformerBlock
+
+# GPT-2's four sizes (Radford et al. 2019, table 2; Hugging Face's openai-community/gpt2, -medium, -large, -xl):
+# all with d_head = 64, a vocabulary of 50,257 tokens and a context of 1,024.
+GPT2_SIZES = {
+    "small": dict(d_model=768, n_layers=12, n_heads=12),  # 124M parameters
+    "medium": dict(d_model=1024, n_layers=24, n_heads=16),  # 355M
+    "large": dict(d_model=1280, n_layers=36, n_heads=20),  # 774M
+    "xl": dict(d_model=1600, n_layers=48, n_heads=25),  # 1,558M
+}
 
 
 @dataclass
@@ -19,6 +29,23 @@ class GPTConfig:
     n_heads: int = 4
     n_layers: int = 4
     dropout: float = 0.0
+    # GPT-2's switches (notebook 12); the defaults are the course's GPT of notebook 07
+    attn_bias: bool = False  # biases on the q, k, v and out projections (the MLP has biases either way)
+    tie_head: bool = False  # the head shares its weight with tok_emb (one [V, d_model] matrix, used twice)
+    gelu_approximate: str = "none"  # "tanh": GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    ln_eps: float = 1e-5  # inside the LayerNorms' square root
+
+    @classmethod
+    def gpt2(cls, size: str = "small", **changes) -> "GPTConfig":
+        """OpenAI's GPT-2 of ``size`` (``"small"`` is the 124M model; ``"medium"``, ``"large"``, ``"xl"``): its
+        sizes from ``GPT2_SIZES``, a vocabulary of 50,257, a context of 1,024, biases in attention, a tied head,
+        the tanh GELU and LayerNorm eps 1e-5, no dropout. ``changes`` replace any field (a tiny GPT-2-shaped
+        model: ``GPTConfig.gpt2(d_model=64, n_layers=2, n_heads=2)``)."""
+        if size not in GPT2_SIZES:
+            raise ValueError(f"unknown GPT-2 size {size!r}: one of {', '.join(GPT2_SIZES)}")
+        config = cls(vocab_size=50257, max_len=1024, dropout=0.0, attn_bias=True, tie_head=True,
+                     gelu_approximate="tanh", ln_eps=1e-5, **GPT2_SIZES[size])
+        return replace(config, **changes)
 
 
 class GPT(nn.Module):
@@ -27,13 +54,16 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
+        bias, tie = getattr(config, "attn_bias", False), getattr(config, "tie_head", False)
+        approximate, eps = getattr(config, "gelu_approximate", "none"), getattr(config, "ln_eps", 1e-5)
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         self.pos_emb = nn.Embedding(config.max_len, config.d_model)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            [TransformerBlock(config.d_model, config.n_heads, config.dropout) for _ in range(config.n_layers)]
+            [TransformerBlock(config.d_model, config.n_heads, config.dropout, bias=bias, approximate=approximate,
+                              eps=eps) for _ in range(config.n_layers)]
         )
-        self.ln_f = LayerNorm(config.d_model)
+        self.ln_f = LayerNorm(config.d_model, eps)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.apply(self._init_weights)
         # GPT-2: the projections that write into the residual stream get a smaller std, so the
@@ -41,6 +71,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             for weight in (block.attn.out_proj.weight, block.mlp.proj.weight):
                 nn.init.normal_(weight, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+        if tie:  # GPT-2: one matrix embeds the tokens and scores them (named tok_emb.weight, and head.weight)
+            self.head.weight = self.tok_emb.weight
 
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -51,15 +83,17 @@ class GPT(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, ids, mask=None, positions=None):
+    def forward(self, ids, mask=None, positions=None, cache=None):
         """``ids [B, T] -> logits [B, T, V]``. ``positions`` (``[T]`` or ``[B, T]``, default ``arange(T)``) picks the
-        rows of the position table: notebook 08's packed batches restart them at every name."""
+        rows of the position table: notebook 08's packed batches restart them at every name. With a ``KVCache``
+        (notebook 12), ``ids`` continue what the cache holds: positions start at ``cache.length``."""
         B, T = ids.shape
         if positions is None:
-            positions = torch.arange(T, device=ids.device)
+            start = cache.length if cache is not None else 0  # read once: every block gets the same positions
+            positions = torch.arange(start, start + T, device=ids.device)
         x = self.drop(self.tok_emb(ids) + self.pos_emb(positions))
-        for block in self.blocks:
-            x = block(x, mask)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, mask) if cache is None else block(x, mask, cache=cache, layer=layer)
         return self.head(self.ln_f(x))
 
 

@@ -16,14 +16,15 @@ every widget displays with a static picture for GitHub, nbviewer and headless ru
 | ``training`` | 08, 10 | the schedule, live loss curves, padding and packing, samples, attention |
 | ``modern`` | 09 | the KV cache, generation speed, two training runs |
 | ``bpe`` | 11 | text coloured by token, merges, compression, bits per byte |
+| ``gpt2`` | 12 | the two GELUs, generation speed with and without the cache, bits per byte |
 """
 
 from tutor.deprecation import forwarder as _forwarder
-from tutor.viz import attention, blocks, bpe, heads, masking, model, modern, positional, training
+from tutor.viz import attention, blocks, bpe, gpt2, heads, masking, model, modern, positional, training
 from tutor.viz.core import WithFallback, figure_png, heatmap, interactive
 
 __all__ = ["heatmap", "interactive", "figure_png", "WithFallback", "core",
-           "attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe"]
+           "attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe", "gpt2"]
 
 # The old names, for one release: pictures of notebooks 01-07 were exported here, and ``viz.tokens`` is ``viz.bpe``.
 _MOVED = {
