@@ -64,15 +64,15 @@ def prepare(checkout: Path, text: str) -> Path:
     return work
 
 
-def nanogpt_run(checkout: Path, seconds: float, text: str, val_batches=None, *, calibration_iters: int = 40,
+def nanogpt_run(checkout: Path, seconds: float, text: str, val_batches=None, *, calibration_iters: int = 100,
                 work: Path | None = None) -> NanoGPTRun:
     """nanoGPT's README CPU recipe for about ``seconds`` of wall time; ``val_batches`` ``[(x, y), ...]`` (the
     course's character ids, which are nanoGPT's too) are used for the final evaluation."""
     work = work or prepare(checkout, text)
     # calibrate: time per iteration (after the first few) and the fixed cost of a run (start-up, two evaluations)
-    log, wall = _train(work, [f"--max_iters={calibration_iters}", f"--lr_decay_iters={calibration_iters}",
+    log, wall = _train(work, [f"--max_iters={calibration_iters}", f"--lr_decay_iters={10 * calibration_iters}",
                               f"--eval_interval={calibration_iters}", "--out_dir=out-calibrate"], timeout=600)
-    times = [float(m.group(2)) for m in map(ITER_LINE.match, log.splitlines()) if m and int(m.group(1)) >= 5]
+    times = [float(m.group(2)) for m in map(ITER_LINE.match, log.splitlines()) if m and int(m.group(1)) >= 10]
     per_iter = statistics.median(times) / 1000
     fixed = max(0.0, wall - calibration_iters * per_iter)
     iters = max(50, int((seconds - fixed) / per_iter))
