@@ -98,4 +98,5 @@ def test_notebook_10_runs_offline_on_the_packaged_text(tmp_path):
     out = _outputs(nbformat.read(target, as_version=4))
     assert PACKAGE_LINE in out, f"[{isolation}] the text did not come from the package copy:\n{out[:3000]}"
     assert "No tiny Shakespeare available" not in out and "downloaded from" not in out
-    assert list(cache.iterdir()) == []  # nothing was downloaded into the cache
+    # nothing was downloaded into the cache (the CPU's measured matmul peak, for MFU, may be cached there)
+    assert [p.name for p in cache.iterdir() if p.name != "cpu-peak.json"] == []
