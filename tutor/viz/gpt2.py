@@ -25,32 +25,30 @@ def gelu_figure(lo: float = -5.0, hi: float = 5.0):
     return fig
 
 
-def speed_bars(tokens_per_second: dict, title: str):
-    """Tokens per second of each way of generating, one bar each, with its value."""
-    fig, ax = plt.subplots(figsize=(7, 2.4))
-    names, values = list(tokens_per_second), list(tokens_per_second.values())
-    ax.barh(names, values, color=["tab:gray", "tab:blue", "tab:green"][:len(names)])
+def _labelled_bars(rows: dict, colors, digits: int, title: str, xlabel: str, ylabel: str, size=(7, 2.4)):
+    """One horizontal bar per row, its value written at its end, the first row on top."""
+    fig, ax = plt.subplots(figsize=size)
+    names, values = list(rows), list(rows.values())
+    ax.barh(names, values, color=colors)
     for k, v in enumerate(values):
-        ax.text(v, k, f" {v:.1f}", va="center")
+        ax.text(v, k, f" {v:.{digits}f}", va="center")
     ax.invert_yaxis()
     ax.set_xlim(0, max(values) * 1.2)
-    ax.set(title=title, xlabel="new tokens per second", ylabel="generation")
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     fig.tight_layout()
     return fig
+
+
+def speed_bars(tokens_per_second: dict, title: str):
+    """Tokens per second of each way of generating, one bar each, with its value."""
+    colors = ["tab:gray", "tab:blue", "tab:green"][:len(tokens_per_second)]
+    return _labelled_bars(tokens_per_second, colors, 1, title, "new tokens per second", "generation")
 
 
 def bits_per_byte_bars(rows: dict, highlight: str, title: str):
     """Bits per byte of several models on one text, one bar each (``highlight`` in blue), lower is better."""
-    fig, ax = plt.subplots(figsize=(7.5, 2.8))
-    names, values = list(rows), list(rows.values())
-    ax.barh(names, values, color=["tab:blue" if n == highlight else "tab:gray" for n in names])
-    for k, v in enumerate(values):
-        ax.text(v, k, f" {v:.2f}", va="center")
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(values) * 1.15)
-    ax.set(title=title, xlabel="bits per byte (lower is better)", ylabel="model")
-    fig.tight_layout()
-    return fig
+    colors = ["tab:blue" if n == highlight else "tab:gray" for n in rows]
+    return _labelled_bars(rows, colors, 2, title, "bits per byte (lower is better)", "model", size=(7.5, 2.8))
 
 
 def gelu_gap_figure(std: float, gap: float, stds, gaps, tolerance: float = 1e-4):
