@@ -10,7 +10,7 @@ from tutor.checks.common import laika_one_hot, sdpa_mistakes
 from tutor.checks.compare import diagnose, expect_close, expect_tensor, shape_mismatch
 from tutor.checks.harness import LearnerError, Mismatch, call, case, check, error_details, is_signature_error
 
-__all__ = ["causal_mask", "padding_mask", "masked_attention"]
+__all__ = ["causal_mask", "masked_attention", "padding_mask"]
 
 CONVENTION = "True means \"may attend\" (the convention of torch.nn.functional.scaled_dot_product_attention)"
 

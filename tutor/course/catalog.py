@@ -88,9 +88,9 @@ EXERCISES = [
         "forward(x [B, T, d_model]) -> [B, T, d_head]"),
     # 03
     _ex("causal_mask", 3, "causal_mask(T, device=None) -> BoolTensor[T, T]"),
-    _ex("padding_mask", 3, "padding_mask(ids [B, T], pad_id=0) -> BoolTensor[B, 1, T]"),
     _ex("masked_attention", 3, "scaled_dot_product_attention(q, k, v, mask) with the mask honoured",
         learner_name="scaled_dot_product_attention", reference="scaled_dot_product_attention"),
+    _ex("padding_mask", 3, "padding_mask(ids [B, T], pad_id=0) -> BoolTensor[B, 1, T]"),
     # 04
     _ex("split_heads", 4, "split_heads(x [B, T, C], n_heads) -> [B, H, T, C/H]"),
     _ex("merge_heads", 4, "merge_heads(x [B, H, T, d_head]) -> [B, T, H*d_head]"),

@@ -10,7 +10,7 @@ points without any table to update. An instructor overrides them with a small TO
     MultiHeadAttention = 5
 
 Public API: :func:`of` (one exercise's points, e.g. ``points.of("softmax")``), :func:`exercise_cells`,
-:func:`difficulties`, :func:`default_points`, :func:`load_overrides`, :func:`points_for`.
+:func:`header`, :func:`difficulties`, :func:`default_points`, :func:`load_overrides`, :func:`points_for`.
 """
 
 from __future__ import annotations
@@ -63,14 +63,22 @@ def exercise_cells(nb, number: int, marker: str = "### BEGIN SOLUTION") -> dict[
     return found
 
 
+def header(nb, number: int, name: str) -> str | None:
+    """The markdown header of exercise ``name`` (the markdown cell right before its exercise cell), or None."""
+    index = exercise_cells(nb, number).get(name)
+    if index is None:
+        return None
+    cell = next((c for c in reversed(nb.cells[:index]) if c.cell_type == "markdown"), None)
+    return cell.source if cell is not None else None
+
+
 def difficulties(nb, number: int) -> dict[str, int]:
     """``{exercise name: number of 🔴}`` read from each exercise's markdown header."""
     out = {}
-    for name, index in exercise_cells(nb, number).items():
-        header = next((c for c in reversed(nb.cells[:index]) if c.cell_type == "markdown"), None)
-        match = DIFFICULTY.search(header.source) if header is not None else None
+    for exercise in catalog.exercises(number):
+        match = DIFFICULTY.search(header(nb, number, exercise.name) or "")
         if match:
-            out[name] = max(1, match.group(1).count("🔴"))
+            out[exercise.name] = max(1, match.group(1).count("🔴"))
     return out
 
 
