@@ -1,12 +1,25 @@
 """`python -m tutor grade` on real notebooks, built at test time from solutions/ and notebooks/.
 
-One batch grades every submission below at once (two workers), the way an instructor would, and
-the tests look at its results: a blank notebook, full solutions, one wrong exercise, and notebooks
-that hang, kill their kernel, hold a syntax error or patch the checks to always pass.
+One batch grades every submission below at once (two workers), the way an instructor would, and the tests
+look at its results:
+
+- a blank notebook, full solutions, one wrong exercise; notebooks that hang, kill their kernel or hold a
+  syntax error;
+- hostile learners: the blank notebook 03 plus one added cell of each kind that forged a grade before the
+  checks ran in a fork of their own (display machinery patched, the display publisher patched, an input
+  transformer, a background thread), and newer ones (a thread and a forked process that write forged
+  results on the grader's channel, patches of torch, importlib, os and signal handlers with a wrong
+  answer);
+  code that attacks while its check calls it;
+- every route to the model answer (an alias, a wrapper, another import name, importlib, a module
+  attribute, exec of its source, an import inside the function, a partial, a callable object, a subclass),
+  a typed copy of it (flagged, not zeroed), and a legitimate use of an earlier exercise's answer.
 """
 
 import csv
+import inspect
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -15,7 +28,7 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from tutor import checks, grading
+from tutor import checks, grading, reference
 from tutor.course import catalog, points
 
 WRONG_PADDING_MASK = '''\
@@ -29,7 +42,7 @@ def causal_mask(T, device=None):
     return torch.triu(torch.ones(T, T, dtype=torch.bool, device=device))
 '''
 
-# Everything a learner might try to make the checks pass, in a cell of their own.
+# Everything a learner might try to make the checks pass, in a cell of their own (the old threat model's list).
 CHEAT = '''\
 import json
 import tutor, tutor.checks
@@ -54,6 +67,159 @@ display({"application/vnd.tutor.grade+json": {"nonce": "0" * 32, "exercise": "ca
           "summary": "passed", "details": []}}, raw=True)
 '''
 
+FORGED = '''\
+def _forged():
+    import json
+    frames = b""
+    for name in ("causal_mask", "masked_attention", "padding_mask"):
+        data = json.dumps({"result": name, "status": "passed", "summary": "passed", "details": []}).encode()
+        frames += len(data).to_bytes(4, "big") + data
+    return frames + len(b'{"done": true}').to_bytes(4, "big") + b'{"done": true}'
+'''
+
+# The four kinds of added cell that scored 4/4 on a blank notebook 03 before (issue 27), as a learner writes them.
+ATTACKS = {
+    "display": '''\
+import IPython.display, IPython.core.display_functions as shown
+original = IPython.display.publish_display_data
+def passed(data, *args, **kwargs):
+    for value in data.values():
+        if isinstance(value, dict) and "status" in value:
+            value.update(status="passed", summary="passed", details=[])
+    return original(data, *args, **kwargs)
+IPython.display.publish_display_data = shown.publish_display_data = passed
+''',
+    "display_pub": '''\
+publisher = get_ipython().display_pub
+original = type(publisher).publish
+def publish(self, data, *args, **kwargs):
+    for value in data.values():
+        if isinstance(value, dict) and "status" in value:
+            value.update(status="passed", summary="passed", details=[])
+    return original(self, data, *args, **kwargs)
+type(publisher).publish = publish
+publisher.publish = publish.__get__(publisher)
+''',
+    "transformer": '''\
+def forge(lines):
+    """Every cell of the grader's after this one: pass everything, whatever it asked."""
+    source = "".join(lines)
+    if "__tutor_grade" not in source:
+        return lines
+    return ["import tutor.reference as r\\n", "causal_mask = r.causal_mask\\n", "padding_mask = r.padding_mask\\n",
+            "scaled_dot_product_attention = r.scaled_dot_product_attention\\n", source]
+get_ipython().input_transformers_cleanup.append(forge)
+''',
+    "thread": '''\
+import sys, threading, time
+def replace_the_checks():
+    while True:
+        for name, module in list(sys.modules.items()):
+            if name.startswith("tutor.checks.nb03"):
+                from tutor.checks.harness import CheckResult
+                for check in ("causal_mask", "masked_attention", "padding_mask"):
+                    setattr(module, check, lambda obj, check=check: CheckResult(check, "passed", "passed"))
+        time.sleep(0.001)
+threading.Thread(target=replace_the_checks, daemon=True).start()
+''',
+    # newer: write forged results on the grader's channel, from a thread and from a process of its own
+    "channel": FORGED + '''\
+import os, socket, threading, time
+def flood(seconds):
+    frames, end = _forged(), time.time() + seconds
+    while time.time() < end:
+        for fd in range(3, 256):
+            try:
+                if socket.socket(fileno=os.dup(fd)).family == socket.AF_UNIX:
+                    os.write(fd, frames)
+            except OSError:
+                pass
+        time.sleep(0.05)
+threading.Thread(target=flood, args=(3600,), daemon=True).start()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        flood(60)
+    os._exit(0)
+''',
+}
+
+# Patches of what the checks and the grader use, with a wrong causal_mask that they would make pass.
+PATCHES = FORGED + '''\
+import importlib, os, signal, sys, types, torch, torch.testing
+from torch.overrides import TorchFunctionMode
+torch.equal = lambda *a, **k: True
+torch.allclose = lambda *a, **k: True
+torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self, dtype=torch.bool)
+torch.Tensor.equal = lambda self, other: True
+torch.testing.assert_close = lambda *a, **k: None
+import_module = importlib.import_module
+def forged_import(name, *args, **kwargs):
+    """The grader's checker, as the learner would like it: it sends passes."""
+    if name != "tutor.grading.checker":
+        return import_module(name, *args, **kwargs)
+    checker = types.ModuleType(name)
+    checker.serve = lambda fd, *args: os.write(fd, _forged())
+    return checker
+importlib.import_module = forged_import
+os.fork = lambda: 0
+signal.signal(signal.SIGALRM, lambda *a: None)
+class Equal(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.equal, torch.Tensor.equal, torch.allclose):
+            return True
+        return func(*args, **(kwargs or {}))
+Equal().__enter__()
+'''
+
+# A correct causal_mask that, while its check calls it, replaces the other two checks: it reaches its own
+# exercise (it passes anyway), never the others'.
+IN_CHECK = '''\
+def causal_mask(T, device=None):
+    import sys
+    from tutor.checks.harness import CheckResult
+    for name, module in list(sys.modules.items()):
+        if name.startswith("tutor.checks.nb03"):
+            for check in ("masked_attention", "padding_mask"):
+                setattr(module, check, lambda obj, check=check: CheckResult(check, "passed", "passed"))
+    return torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
+'''
+
+# Every route to the model answer, one per exercise of notebook 01 and 03, and a subclass in 02.
+ROUTES = {
+    1: {
+        "encode": "encode = ref.encode",
+        "decode": "def decode(ids):\n    return ref.decode(ids)",
+        "one_hot": "import importlib\nchars = importlib.import_module('tutor.reference.characters')\n"
+                   "def one_hot(ids, num_classes):\n    return chars.one_hot(ids, num_classes)",
+        "similarity": "import sys\nsimilarity = getattr(sys.modules['tutor.reference.attention'], 'similarity')",
+        "softmax": "import inspect\nexec(inspect.getsource(ref.softmax))",
+        "dot_product_attention": "def dot_product_attention(x):\n    import tutor.reference as r\n"
+                                 "    return r.dot_product_attention(x)",
+    },
+    3: {
+        "causal_mask": "import inspect, tutor.reference.attention as attention\n"
+                       "exec(compile(inspect.getsource(attention.causal_mask), attention.__file__, 'exec'))",
+        "masked_attention": "from tutor.reference import scaled_dot_product_attention as sdpa\n"
+                            "class Attention:\n    def __call__(self, *args, **kwargs):\n"
+                            "        return sdpa(*args, **kwargs)\nscaled_dot_product_attention = Attention()",
+        "padding_mask": "import functools\npadding_mask = functools.partial(ref.padding_mask)",
+    },
+    2: {"AttentionHead": "class AttentionHead(ref.AttentionHead):\n    pass"},
+}
+
+# Uses notebook 01's softmax (an earlier exercise's answer: allowed) and prints and displays while checked.
+LEGIT_MASKED = '''\
+def scaled_dot_product_attention(q, k, v, mask=None):
+    print("debugging", q.shape)
+    from IPython.display import display
+    display(q.shape)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return ref.softmax(scores, dim=-1) @ v
+'''
+
 
 def _read(path):
     return nbformat.read(path, as_version=4)
@@ -61,6 +227,10 @@ def _read(path):
 
 def _solution(number):
     return _read(ROOT / "solutions" / catalog.notebook(number).filename)
+
+
+def _blank(number):
+    return _read(ROOT / "notebooks" / catalog.notebook(number).filename)
 
 
 def _exercise_cell(nb, number, name):
@@ -74,11 +244,18 @@ def _write(nb, folder, number):
     return path
 
 
-def _variant(number, name, source, *, append=False):
-    """The solution notebook with the exercise cell of ``name`` replaced (or extended)."""
-    nb = _solution(number)
+def _variant(number, name, source, *, append=False, base=None):
+    """The solution notebook (or ``base``) with the exercise cell of ``name`` replaced (or extended)."""
+    nb = base or _solution(number)
     cell = _exercise_cell(nb, number, name)
     cell.source = cell.source + "\n" + source if append else source
+    return nb
+
+
+def _with_added_cell(nb, source):
+    """``nb`` with a cell of the learner's own right after the setup cell."""
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(source))
     return nb
 
 
@@ -97,7 +274,7 @@ def batch(tmp_path_factory):
     subs.append(archive)
 
     # blank learner notebook, with stored outputs that claim success
-    blank = _read(ROOT / "notebooks" / catalog.notebook(3).filename)
+    blank = _blank(3)
     for cell in blank.cells:
         if cell.cell_type == "code" and "checks." in cell.source:
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✅ causal_mask: passed\n")]
@@ -118,6 +295,21 @@ def batch(tmp_path_factory):
     cheat.cells.insert(at + 1, nbformat.v4.new_code_cell(CHEAT))
     subs.append(_write(cheat, root / "cheat", 3))
 
+    for kind, source in ATTACKS.items():
+        subs.append(_write(_with_added_cell(_blank(3), source), root / f"attack-{kind}", 3))
+    patched = _with_added_cell(_variant(3, "causal_mask", WRONG_CAUSAL_MASK, base=_blank(3)), PATCHES)
+    subs.append(_write(patched, root / "patches", 3))
+    subs.append(_write(_variant(3, "causal_mask", IN_CHECK, base=_blank(3)), root / "in-check", 3))
+
+    for number, routes in ROUTES.items():
+        nb = _blank(number)
+        for name, source in routes.items():
+            _variant(number, name, source, base=nb)
+        subs.append(_write(nb, root / f"routes-{number:02d}", number))
+    typed = inspect.getsource(reference.padding_mask).replace("ids", "tokens")
+    subs.append(_write(_variant(3, "padding_mask", typed, base=_blank(3)), root / "typed", 3))
+    subs.append(_write(_variant(3, "masked_attention", LEGIT_MASKED), root / "legit", 3))
+
     options = grading.Options(cell_timeout=20, total_timeout=240, workers=2)
     students = grading.grade(subs, options, assignment=[3], progress=False)  # (alice's 01 is graded too)
     out = tmp_path_factory.mktemp("grades")
@@ -129,11 +321,19 @@ def _by_name(student):
     return {e.name: e for e in student.exercises}
 
 
-def test_blank_learner_notebook_scores_zero(batch):
-    students, _ = batch
+def _notes(student):
+    return " ".join(note for nb in student.notebooks for note in nb.notes)
+
+
+def test_blank_learner_notebook_scores_zero_and_is_told_so_as_a_submission(batch):
+    students, out = batch
     blank = students["blank"]
     assert blank.score == 0 and blank.max_score == 4
     assert {e.status for e in blank.exercises} == {"not done"}
+    assert _by_name(blank)["padding_mask"].summary == "not done: `padding_mask` still raises NotImplementedError"
+    feedback = (out / "blank" / "feedback.md").read_text(encoding="utf-8")
+    assert "run this cell again" not in feedback and "not done: `causal_mask`" in feedback
+    assert not blank.flagged
 
 
 def test_solution_notebooks_score_full_marks(batch):
@@ -142,7 +342,8 @@ def test_solution_notebooks_score_full_marks(batch):
     assert [nb.number for nb in alice.notebooks] == [1, 3]
     expected = sum(points.default_points(1).values()) + sum(points.default_points(3).values())
     assert alice.score == alice.max_score == expected
-    assert all(e.status == "passed" for e in alice.exercises)
+    assert all(e.status == "passed" and not e.model_answer for e in alice.exercises)
+    assert all(not nb.review and not nb.notes for nb in alice.notebooks)
 
 
 def test_one_wrong_exercise_loses_exactly_its_points(batch):
@@ -172,7 +373,7 @@ def test_a_hanging_cell_costs_its_exercise_only(batch):
 
 
 @pytest.mark.parametrize("student, exercise, reason", [
-    ("exits", "padding_mask", "exited with code 3"),
+    ("exits", "padding_mask", "exit code 3"),
     ("segfault", "masked_attention", "segmentation fault"),
 ])
 def test_a_dead_kernel_costs_its_exercise_only(batch, student, exercise, reason):
@@ -202,8 +403,87 @@ def test_patching_the_checks_or_handing_in_the_model_answer_earns_nothing(batch)
     assert by["masked_attention"].status == "passed"
     assert s.score == s.max_score - by["causal_mask"].max_points - by["padding_mask"].max_points
     assert by["padding_mask"].status == "failed" and "model answer" in by["padding_mask"].summary
-    notes = " ".join(nb_note for nb in s.notebooks for nb_note in nb.notes)
+    notes = _notes(s)
     assert "torch.allclose" in notes and "torch.equal" in notes
+    assert s.flagged
+
+
+@pytest.mark.parametrize("kind", list(ATTACKS))
+def test_an_added_cell_that_forges_the_grade_earns_nothing_and_is_flagged(batch, kind):
+    students, _ = batch
+    s = students[f"attack-{kind}"]
+    assert s.score == 0, [(e.name, e.status, e.summary) for e in s.exercises]
+    assert all(e.status in ("not done", "failed") for e in s.exercises)
+    assert s.flagged and s.notebooks[0].review
+
+
+def test_forged_results_on_the_grader_s_channel_are_not_listened_to(batch):
+    students, _ = batch
+    s = students["attack-channel"]
+    assert {e.status for e in s.exercises} == {"not done"}
+    if sys.platform.startswith("linux"):  # where every read carries its writer's process id
+        notes = _notes(s)
+        assert "process(es) your code started were stopped" in notes
+        assert "another process wrote on the grader's channel" in notes
+
+
+def test_patches_of_torch_importlib_os_and_signals_are_undone_before_the_checks(batch):
+    students, _ = batch
+    s = students["patches"]
+    by = _by_name(s)
+    assert by["causal_mask"].status == "failed"
+    assert "lower triangle" in by["causal_mask"].text()  # the check's real message for torch.triu
+    assert {by["masked_attention"].status, by["padding_mask"].status} == {"not done"}
+    notes = _notes(s)
+    for name in ("torch.equal", "torch.allclose", "torch.Tensor.__eq__", "importlib.import_module", "os.fork",
+                 "torch.testing.assert_close"):
+        assert name in notes, (name, notes)
+    assert "a handler of SIGALRM" in notes and "displayhook" not in notes
+    # (the torch mode it entered stays on the kernel's main thread: the checks run on another thread's fork)
+
+
+def test_code_that_attacks_while_its_check_runs_reaches_its_own_exercise_only(batch):
+    students, _ = batch
+    s = students["in-check"]
+    by = _by_name(s)
+    assert by["causal_mask"].status == "passed"
+    assert by["masked_attention"].status == by["padding_mask"].status == "not done"
+    assert s.flagged
+    assert any("sys.modules" in line for line in s.notebooks[0].review)
+
+
+@pytest.mark.parametrize("number, name", [(n, name) for n, routes in ROUTES.items() for name in routes])
+def test_every_route_to_the_model_answer_earns_nothing_with_the_reason(batch, number, name):
+    students, out = batch
+    s = students[f"routes-{number:02d}"]
+    exercise = _by_name(s)[name]
+    assert exercise.points == 0 and exercise.status == "failed"
+    answer = catalog.BY_NAME[name].reference
+    assert exercise.model_answer and answer in exercise.model_answer, exercise.model_answer
+    assert "model answer" in exercise.summary
+    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
+        row = next(r for r in csv.DictReader(f) if r["student"] == s.student)
+    assert f"{exercise.label}: no points, " in row["notes"]
+
+
+def test_a_typed_copy_of_the_model_answer_is_flagged_not_zeroed(batch):
+    students, _ = batch
+    s = students["typed"]
+    padding = _by_name(s)["padding_mask"]
+    assert padding.status == "passed" and padding.points == padding.max_points and not padding.model_answer
+    assert padding.review and "is the model answer's (tutor/reference/attention.py)" in padding.review[0]
+    assert "a short definition" in padding.review[0]
+
+
+def test_an_earlier_exercise_s_answer_and_prints_in_the_learner_s_code_are_fine(batch):
+    students, _ = batch
+    s = students["legit"]
+    assert s.score == s.max_score and not s.notebooks[0].review and not any(e.model_answer for e in s.exercises)
+    assert not _by_name(s)["masked_attention"].review
+
+
+# --------------------------------------------------------------------------------------
+# Reports
 
 
 def test_results_json_has_gradescopes_fields(batch):
@@ -220,21 +500,103 @@ def test_results_json_has_gradescopes_fields(batch):
             assert isinstance(test["output"], str) and test["output"]
             assert test["visibility"] in {"hidden", "after_due_date", "after_published", "visible"}
         assert sum(t["score"] for t in data["tests"]) == data["score"]
+    names = [t["name"] for t in json.loads((out / "wrong" / "results.json").read_text())["tests"]]
+    assert names == ["03 Exercise 1 — causal_mask", "03 Exercise 2 — scaled_dot_product_attention with a mask",
+                     "03 Exercise 3 — padding_mask"]
 
 
-def test_otter_results_and_gradebook(batch):
+def test_the_gradebook_has_the_notebook_s_names_and_order(batch):
     students, out = batch
     otter = json.loads((out / "wrong" / "otter_results.json").read_text(encoding="utf-8"))
     assert otter["padding_mask"]["score"] == 0 and otter["padding_mask"]["possible"] >= 1
     assert otter["causal_mask"]["test_case_results"][0]["passed"] is True
     with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    header = reader.fieldnames
+    assert header[3:6] == ["01.1 encode", "01.2 decode", "01.3 one_hot"]
+    at = header.index("03.1 causal_mask")
+    assert header[at:at + 3] == ["03.1 causal_mask", "03.2 scaled_dot_product_attention", "03.3 padding_mask"]
+    assert header[-2:] == ["review", "notes"]
     assert {r["student"] for r in rows} == set(students)
-    assert "03 padding_mask" in rows[0] and "01 softmax" in rows[0]
     wrong = next(r for r in rows if r["student"] == "wrong")
-    assert wrong["03 padding_mask"] == "0" and float(wrong["score"]) == students["wrong"].score
+    assert wrong["03.3 padding_mask"] == "0" and float(wrong["score"]) == students["wrong"].score
     blank = next(r for r in rows if r["student"] == "blank")
-    assert blank["01 softmax"] == ""  # blank handed in 03 only
+    assert blank["01.1 encode"] == ""  # blank handed in 03 only
+    assert next(r for r in rows if r["student"] == "attack-thread")["review"] == "yes"
+
+
+def test_feedback_html_renders_the_markdown_and_escapes_what_learners_wrote(batch):
+    _, out = batch
+    page = (out / "wrong" / "feedback.html").read_text(encoding="utf-8")
+    assert "<em>columns</em>" in page and "*columns*" not in page
+    assert "<table>" in page and "<code>padding_mask</code>" in page
+    page = (out / "attack-display" / "feedback.html").read_text(encoding="utf-8")
+    assert "<script" not in page
+
+
+def test_the_class_summary_gives_pass_rates_and_the_most_frequent_mistakes(batch):
+    students, out = batch
+    summary = (out / "class.md").read_text(encoding="utf-8")
+    n = len(students)
+    assert f"# Class summary\n\n{n} students" in summary
+    assert re.search(r"\| 03\.3 padding_mask \| \d+ of \d+ \|", summary)
+    block = summary.split("### 03.3 padding_mask")[1].split("###")[0]
+    assert "the mask hides the queries instead of the keys" in block and "(wrong)" in block
+    assert "## Earned nothing: the model answer" in summary and "routes-01: 01.1 encode" in summary
+    assert "## For review" in summary and "attack-thread: 03:" in summary
+    assert (out / "class.html").read_text(encoding="utf-8").count("<table>") == 1
+
+
+def test_a_missing_notebook_is_said_once(tmp_path):
+    student = tmp_path / "dana"
+    _write(_solution(3), student, 3)
+    students = grading.grade([student], grading.Options(cell_timeout=20, total_timeout=120), assignment=[3, 6],
+                             progress=False)
+    grading.write_outputs(students, tmp_path / "out")
+    feedback = (tmp_path / "out" / "feedback.md").read_text(encoding="utf-8")
+    assert feedback.count("not submitted") == 1, feedback
+    assert "`06_transformer_block.ipynb` was not submitted." in feedback
+
+
+def test_regrading_one_exercise_and_overrides_keep_the_rest_of_the_batch(tmp_path):
+    subs = tmp_path / "class"
+    _write(_variant(3, "padding_mask", WRONG_PADDING_MASK), subs / "erin", 3)
+    _write(_variant(3, "causal_mask", WRONG_CAUSAL_MASK), subs / "finn", 3)
+    out = tmp_path / "grades"
+
+    def run(*args):
+        done = subprocess.run([sys.executable, "-m", "tutor", "grade", *args, "--out", str(out), "--no-progress",
+                               "--format", "csv", "--timeout", "20"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert done.returncode == 0, done.stderr
+        students, _ = grading.load(out / "grades.json")
+        return {s.student: _by_name(s) for s in students}, done.stdout
+
+    first, _ = run(str(subs))
+    assert first["erin"]["padding_mask"].status == "failed" and first["finn"]["causal_mask"].status == "failed"
+    # erin fixes nothing, but the instructor regrades one exercise of hers only: the rest is kept as it was
+    _write(_solution(3), subs / "erin", 3)
+    again, said = run(str(subs / "erin"), "--exercise", "padding_mask")
+    assert "merged into the batch" in said
+    assert again["erin"]["padding_mask"].status == "passed"
+    assert again["finn"]["causal_mask"].status == "failed"  # finn was not regraded, and is still there
+    assert {e.name for e in again["erin"].values()} == {"causal_mask", "masked_attention", "padding_mask"}
+    overrides = tmp_path / "overrides.toml"
+    overrides.write_text('[finn]\ncausal_mask = { points = 0.5, reason = "tril and triu swapped, told in class" }\n')
+    adjusted, _ = run("--overrides", str(overrides))
+    finn = adjusted["finn"]["causal_mask"]
+    assert finn.points == 0.5 and finn.status == "failed" and finn.override["reason"].startswith("tril and triu")
+    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
+        row = next(r for r in csv.DictReader(f) if r["student"] == "finn")
+    assert row["03.1 causal_mask"] == "0.5"
+    assert "adjusted by your instructor from 0 to 0.5 points: tril and triu swapped" in row["notes"]
+    assert "Adjusted by your instructor" in (out / "finn" / "feedback.md").read_text(encoding="utf-8")
+    assert "## Adjusted by hand" in (out / "class.md").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------
+# Submissions, points and the command line
 
 
 def test_cli_writes_results_for_a_submission_without_notebooks(tmp_path):
@@ -304,7 +666,7 @@ def test_cli_refuses_a_submission_path_that_does_not_exist(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_a_points_file_that_is_not_toml_names_the_file(tmp_path, capsys):
+def test_a_points_or_overrides_file_that_is_not_right_names_the_file(tmp_path, capsys):
     from tutor.__main__ import main
 
     toml = tmp_path / "points.toml"
@@ -313,3 +675,9 @@ def test_a_points_file_that_is_not_toml_names_the_file(tmp_path, capsys):
         points.load_overrides(toml)
     assert main(["grade", str(toml), "--points", str(toml), "--out", str(tmp_path / "out")]) == 2
     assert "points.toml: not valid TOML" in capsys.readouterr().err
+    bad = tmp_path / "overrides.toml"
+    bad.write_text("[alice]\nsoftmaks = 1\n")
+    assert main(["grade", str(bad), "--overrides", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert "[alice] no exercise is called softmaks" in capsys.readouterr().err
+    assert main(["grade", str(bad), "--exercise", "softmaks", "--out", str(tmp_path / "out")]) == 2
+    assert "no exercise is called softmaks" in capsys.readouterr().err

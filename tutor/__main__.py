@@ -4,6 +4,7 @@
     python -m tutor run [NB ...] [--force] [--partial-data] [--timeout S] [--solutions DIR] [--notebooks DIR]
     python -m tutor catalog
     python -m tutor grade SUBMISSION... [--out DIR] [--format gradescope|otter|csv] [--timeout S] [--workers N]
+                          [--only NB ...] [--exercise NAME ...] [--overrides TOML]
     python -m tutor progress [NB ...]
 
 NB is a notebook number (``1`` or ``01``), a name (``01_dot_product_attention``) or a file name.
@@ -69,10 +70,12 @@ def make_parser() -> argparse.ArgumentParser:
                     "with a pristine copy of the checks; stored outputs are ignored. A SUBMISSION is one "
                     "student: a learner notebook (NN_*.ipynb), a folder or a zip of them; a folder with a "
                     "subfolder per student (or alice_03_masking.ipynb, bob_03_masking.ipynb ...) is a class.")
-    p.add_argument("submissions", nargs="+", metavar="SUBMISSION")
+    p.add_argument("submissions", nargs="*", metavar="SUBMISSION",
+                   help="notebooks, folders or zips; none with --overrides: apply them to the batch in --out")
     p.add_argument("--out", default="grades", metavar="DIR",
                    help="where results go (default grades/); one submission: results.json right there, "
-                        "several: one folder per student and gradebook.csv")
+                        "several: one folder per student, gradebook.csv and the class summary (class.md, "
+                        "class.html); always grades.json, the batch for --only/--exercise")
     p.add_argument("--format", action="append", choices=["gradescope", "otter", "csv"], dest="formats",
                    help="results to write (repeatable; default gradescope). Feedback (feedback.md/.html) "
                         "is always written")
@@ -89,6 +92,15 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--solutions", metavar="DIR", default=None,
                    help="the solution notebooks the grader reads exercises and points from "
                         "(default: solutions/ in the repository)")
+    p.add_argument("--only", nargs="+", metavar="NB", type=int,
+                   help="grade only these notebooks; with an earlier batch's grades.json in --out, the new "
+                        "grades replace those notebooks there and the rest is kept")
+    p.add_argument("--exercise", nargs="+", metavar="NAME", dest="exercises",
+                   help="grade only these exercises (names as in `python -m tutor catalog` or points.toml), "
+                        "merged into an earlier batch's grades.json in --out like --only")
+    p.add_argument("--overrides", metavar="TOML",
+                   help="manual adjustments: a table per student, exercise = points or {points = P, reason = "
+                        "\"...\"}; kept in grades.json and applied again by later runs until replaced")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = commands.add_parser(
@@ -152,19 +164,50 @@ def catalog_table() -> str:
 def cmd_grade(args) -> int:
     try:
         overrides = points.load_overrides(args.points) if args.points else {}
+        adjustments = grading.load_overrides(args.overrides) if args.overrides else None
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not args.submissions and adjustments is None:
+        print("error: give the submissions to grade (or --overrides to adjust the batch in --out)", file=sys.stderr)
         return 2
     missing = [path for path in args.submissions if not pathlib.Path(path).exists()]
     if missing:  # a typo: grading it would write a silent 0 / 0
         print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    unknown = [name for name in args.exercises or () if name not in catalog.BY_NAME]
+    if unknown:
+        print(f"error: no exercise is called {', '.join(unknown)} (see `python -m tutor catalog`)", file=sys.stderr)
+        return 2
     options = grading.Options(cell_timeout=args.timeout, total_timeout=args.total_timeout, memory_mb=args.memory,
                               workers=args.workers, points=overrides,
                               solutions_dir=pathlib.Path(args.solutions) if args.solutions else None)
-    assignment = [int(n) for n in args.assignment] if args.assignment else None
-    students = grading.grade(args.submissions, options, assignment=assignment, progress=not args.no_progress)
-    written = grading.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]))
+    kept = pathlib.Path(args.out) / "grades.json"
+    previous, stored = [], {}
+    if kept.exists():
+        try:
+            previous, stored = grading.load(kept)
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            if args.only or args.exercises:  # nothing to merge into: say so rather than lose the batch
+                print(f"error: {kept} cannot be read ({error}); grade the whole batch first", file=sys.stderr)
+                return 2
+    if not args.submissions:  # --overrides alone: adjust the batch graded before, grade nothing
+        if not previous:
+            print(f"error: {kept} holds no batch to adjust: grade the submissions first", file=sys.stderr)
+            return 2
+        students = previous
+    else:
+        assignment = [int(n) for n in args.assignment] if args.assignment else None
+        students = grading.grade(args.submissions, options, assignment=assignment, progress=not args.no_progress,
+                                 only=args.only, exercises=args.exercises)
+    if args.submissions and (args.only or args.exercises):
+        students = grading.merge(previous, students)
+        if previous:
+            print(f"merged into the batch of {kept} ({len(students)} students)")
+    adjustments = stored if adjustments is None else adjustments
+    for line in grading.apply_overrides(students, adjustments):
+        print(f"warning: the override for {line} matches no graded exercise", file=sys.stderr)
+    written = grading.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]), adjustments)
     print(grading.summary_table(students))
     print(f"wrote {len(written)} files to {args.out}")
     return 0

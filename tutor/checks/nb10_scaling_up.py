@@ -25,6 +25,8 @@ from tutor.checks.harness import LearnerError, Mismatch, NotDone, call, case, ch
 from tutor.distributed import NoProcessGroup, RanksStopped, gloo_reason, learner_where, run_in_group, start_method
 
 __all__ = ["get_batch", "flops_per_token", "average_gradients"]
+# What the checks import only when they run: the grader imports it before any learner code (tutor.grading.kernel).
+IMPORTED_WHEN_CHECKING = ("tutor.train.long_run",)
 
 
 # --- get_batch ----------------------------------------------------------------------------------

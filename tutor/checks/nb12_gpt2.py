@@ -20,6 +20,8 @@ from tutor.checks.compare import expect_close, shape_text
 from tutor.checks.harness import LearnerError, Mismatch, NotDone, call, case, check, error_details
 
 __all__ = ["course_names", "to_linear", "split_qkv", "load_gpt2"]
+# What the checks import only when they run: the grader imports it before any learner code (tutor.grading.kernel).
+IMPORTED_WHEN_CHECKING = ("transformers",)
 
 V, T_MAX, D, LAYERS, HEADS = 37, 16, 24, 2, 4  # the tiny GPT-2 (d_head = 6)
 STD = 0.3

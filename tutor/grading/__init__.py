@@ -1,37 +1,46 @@
 """Grade learner notebooks: ``python -m tutor grade SUBMISSION...``.
 
-For every exercise of every submitted notebook the grader recomputes the result in a fresh Jupyter
-kernel that it controls, and believes nothing the notebook stored (see the README's "Grading" section
-for the threat model). One job per module, in the order a grading run uses them:
+For every exercise of every submitted notebook the grader recomputes the result itself and believes nothing
+the notebook stored. The learner's cells run in a fresh Jupyter kernel; the checks run in a fork of it that
+no learner code ran in (see the README's "Grading" section for the threat model). One job per module, in
+the order a grading run uses them:
 
 | module | what is in it |
 |---|---|
-| ``grades`` | ``Options`` (timeouts, memory, workers, points) and the results: ``StudentGrade`` and its parts |
+| ``grades`` | ``Options`` and the results (``StudentGrade`` ...); ``grades.json``, ``merge``, overrides |
 | ``submissions`` | ``find_submissions``, ``match_notebook``: which files are whose, zips extracted safely |
-| ``plan`` | ``plan_cells``, ``context_source``, ``Template``: which cells run, and the grader's own cells |
-| ``kernel`` | the grader's code that runs inside the kernel: snapshot and restore, capture, the pristine checks |
+| ``plan`` | ``plan_cells``, ``context_source``, ``Template``: which cells run, and the grader's preamble |
+| ``kernel`` | the grader's code in the kernel: snapshot, the watchdog, restore, the start of the checker |
+| ``channel`` | the runner's end of the grader's channel: starting the checker, reading its results |
+| ``checker`` | the checker process: one child process per check, watched for the model answer |
+| ``answers`` | what a model answer is, the watch on calls into it, the same source with the names changed |
+| ``review`` | the static look at learner cells for code that could reach the grader |
 | ``runner`` | ``grade``, ``grade_notebook``, ``run_attempt``: kernels, timeouts, faults, workers |
-| ``reports`` | Gradescope and otter results, the gradebook CSV, feedback (Markdown, HTML), ``write_outputs`` |
+| ``reports`` | one student's Gradescope and otter results, and feedback (Markdown, HTML) |
+| ``summary`` | the batch: the gradebook CSV, the class summary, ``write_outputs`` |
 
 The public API is re-exported here: ``from tutor import grading``, then ``grading.grade(paths)``.
 """
 
-from tutor.grading.grades import ExerciseGrade, NotebookGrade, Options, StudentGrade
-from tutor.grading.plan import Template, context_source, load_template, plan_cells
-from tutor.grading.reports import (
-    feedback_html,
-    feedback_markdown,
-    gradebook_rows,
-    gradescope_results,
-    otter_results,
-    summary_table,
-    write_gradebook,
-    write_outputs,
+from tutor.grading.grades import (
+    ExerciseGrade,
+    NotebookGrade,
+    Options,
+    StudentGrade,
+    apply_overrides,
+    load,
+    load_overrides,
+    merge,
+    save,
 )
+from tutor.grading.plan import Template, context_source, load_template, plan_cells
+from tutor.grading.reports import feedback_html, feedback_markdown, gradescope_results, otter_results
 from tutor.grading.runner import grade, grade_notebook, package_snapshot, run_attempt
 from tutor.grading.submissions import find_submissions, match_notebook
+from tutor.grading.summary import class_markdown, gradebook_rows, summary_table, write_gradebook, write_outputs
 
 __all__ = ["Options", "ExerciseGrade", "NotebookGrade", "StudentGrade", "grade", "grade_notebook",
            "find_submissions", "match_notebook", "gradescope_results", "otter_results", "write_gradebook",
-           "gradebook_rows", "feedback_markdown", "feedback_html", "write_outputs", "summary_table",
-           "Template", "context_source", "load_template", "plan_cells", "package_snapshot", "run_attempt"]
+           "gradebook_rows", "feedback_markdown", "feedback_html", "write_outputs", "summary_table", "class_markdown",
+           "Template", "context_source", "load_template", "plan_cells", "package_snapshot", "run_attempt",
+           "save", "load", "merge", "load_overrides", "apply_overrides"]

@@ -3,15 +3,15 @@
 A :class:`Template` is the course's side of one notebook, read from its solution notebook: its code
 cells (as the learner notebook has them), what of each course cell runs (:func:`context_source`:
 imports, definitions, ``yours_or_reference(...)`` bindings; no plots, widgets or training) and which
-cells are exercises. :func:`plan_cells` lays a submission over it. The grader's cells run the code of
-``tutor.grading.kernel``, sent as its source text:
+cells are exercises, with their titles. :func:`plan_cells` lays a submission over it:
 
-1. the preamble (:func:`grader_cells`): memory cap, a snapshot of ``torch`` and ``builtins``;
+1. the preamble (:func:`grader_cells`), which runs ``tutor.grading.kernel``, sent as its source text:
+   memory cap, snapshot, the grader's channel and its watchdog;
 2. the course's setup cell, then in the notebook's order the learner's exercise cells (each followed by
    a cell that captures its definitions), the cells the learner added, and the context of the course's
-   other cells; check cells, stored outputs and the learner's copies of course cells are left out;
-3. the reset of IPython's hooks, and the load of a pristine copy of the checks (:func:`grader_cells`);
-4. one check cell per exercise (:func:`check_cell`), the only place its nonce exists.
+   other cells; check cells, stored outputs and the learner's copies of course cells are left out.
+
+No cell runs after them: the checks run in a fork of the kernel (see ``tutor.grading.runner``).
 """
 
 from __future__ import annotations
@@ -19,18 +19,16 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
-import secrets
 import threading
 from dataclasses import dataclass
 
-from tutor import env
 from tutor.course import catalog, points
 from tutor.course.build import find_root, make_learner_notebook, read_notebook
 from tutor.grading import kernel
 from tutor.grading.grades import Options
 
-# Where the load cell finds the pristine package: the runner writes it only just before that cell runs.
-PACKAGE = "@PACKAGE@"
+# The path of the runner's socket, which the runner puts in the preamble when it starts a kernel.
+CHANNEL = "@CHANNEL@"
 KERNEL_SOURCE = pathlib.Path(kernel.__file__).read_text(encoding="utf-8")
 KERNEL_FILE = "tutor/grading/kernel.py (the grader's code)"
 
@@ -47,6 +45,8 @@ class Template:
     context: list[str]  # what of each course cell runs: imports, definitions, yours_or_reference(...)
     exercise_at: dict[int, str]  # index into code -> exercise name, for the exercise cells
     points: dict[str, float]
+    titles: dict[str, str]  # exercise name -> its header: "Exercise 2 — `scaled_dot_product_attention` with a mask"
+    labels: dict[str, str]  # exercise name -> its gradebook column: "03.2 scaled_dot_product_attention"
 
 
 _TEMPLATES: dict = {}
@@ -116,9 +116,21 @@ def load_template(number: int, options: Options) -> Template:
             context=[code[0] if k == 0 else context_source(src) for k, src in enumerate(code)],
             exercise_at={k: where[i] for k, i in enumerate(code_at) if i in where},
             points=points.points_for(number, options.points, solutions),
+            **_titles(solution, number),
         )
         _TEMPLATES[key] = template
         return template
+
+
+def _titles(solution, number: int) -> dict:
+    """The exercises' titles and gradebook labels, from their headers in the solution notebook."""
+    titles, labels = {}, {}
+    for k, exercise in enumerate(catalog.exercises(number), start=1):
+        header = points.header(solution, number, exercise.name) or ""
+        match = re.search(r"^#+\s*(Exercise\s+(\d+)\b.*)$", header, re.M)
+        titles[exercise.name] = match.group(1).strip() if match else f"Exercise {k} — `{exercise.learner_name}`"
+        labels[exercise.name] = f"{number:02d}.{match.group(2) if match else k} {exercise.learner_name}"
+    return {"titles": titles, "labels": labels}
 
 
 # --------------------------------------------------------------------------------------
@@ -206,56 +218,21 @@ def _parses(source: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# The grader's cells
+# The grader's cell
 
 
-def _kernel_module() -> str:
-    """Lines that execute tutor/grading/kernel.py's text into a fresh module, ``__tutor_grade_kernel``.
-
-    Every grader cell builds its own and deletes it: the reset and load cells get theirs after the
-    learner's code ran, so learner code never held the functions they call."""
-    return ("__tutor_grade_kernel = __import__('types').ModuleType('__tutor_grade_kernel')\n"
-            f"exec(compile({KERNEL_SOURCE!r}, {KERNEL_FILE!r}, 'exec'), __tutor_grade_kernel.__dict__)\n")
-
-
-def preamble_cell(memory_mb: int) -> str:
-    """Before any learner code: the memory cap, the snapshot of torch and builtins, the capture of definitions."""
-    return ("# tutor grade: preamble (the grader's cell)\n" + _kernel_module()
-            + f"__tutor_grade_kernel.cap_memory({int(memory_mb) * 1024 * 1024})\n"
-            "__tutor_grade_restore = __tutor_grade_kernel.snapshot()\n"
-            "__tutor_grade_capture = __tutor_grade_kernel.make_capture()\n"
-            "del __tutor_grade_kernel\n"
-            "import builtins, os, sys, torch, torch.nn, torch.nn.functional  # the names the preamble always left\n")
-
-
-def reset_cell() -> str:
-    """After the learner's code, a cell of its own: the next cell runs without the learner's IPython hooks."""
-    return ("# tutor grade: forget the learner's hooks (the grader's cell)\n" + _kernel_module()
-            + "__tutor_grade_kernel.reset_hooks()\n"
+def preamble_cell(memory_mb: int, notebook: int) -> str:
+    """The first cell, before any learner code: executes tutor/grading/kernel.py's text into a module of its
+    own and calls its ``start`` (memory cap, imports, snapshot, the channel to the runner at :data:`CHANNEL`,
+    the watchdog); binds ``__tutor_grade_capture``, the only name it leaves."""
+    return ("# tutor grade: preamble (the grader's cell)\n"
+            "__tutor_grade_kernel = __import__('types').ModuleType('__tutor_grade_kernel')\n"
+            f"exec(compile({KERNEL_SOURCE!r}, {KERNEL_FILE!r}, 'exec'), __tutor_grade_kernel.__dict__)\n"
+            f"__tutor_grade_capture = __tutor_grade_kernel.start({CHANNEL!r}, {int(memory_mb) * 1024 * 1024}, "
+            f"{int(notebook)})\n"
             "del __tutor_grade_kernel\n")
 
 
-def load_cell(nonce: str) -> str:
-    """Restore torch and builtins, load the pristine checks from :data:`PACKAGE`, bind ``__tutor_grade``."""
-    environ = {env.STRICT: "0", env.PROGRESS: "0"}
-    return ("# tutor grade: load a pristine copy of the checks (the grader's cell)\n" + _kernel_module()
-            + f"__tutor_grade = __tutor_grade_kernel.load({nonce!r}, {PACKAGE!r}, __tutor_grade_restore, "
-            f"__tutor_grade_capture(), {environ!r})\n"
-            "del __tutor_grade_kernel\n")
-
-
-def grader_cells(options: Options) -> tuple[list[PlannedCell], list[PlannedCell]]:
-    """The grader's cells before the learner's (the preamble) and after them (the reset and the load)."""
-    head = [PlannedCell("grader", preamble_cell(options.memory_mb), "the grader's preamble")]
-    nonce = secrets.token_hex(16)
-    tail = [PlannedCell("grader", reset_cell(), "the grader's reset"),
-            PlannedCell("grader-load", load_cell(nonce), "loading the checks", nonce=nonce)]
-    return head, tail
-
-
-def check_cell(exercise: catalog.Exercise) -> PlannedCell:
-    """The check of one exercise, with a fresh nonce that exists only in this cell."""
-    nonce = secrets.token_hex(16)
-    source = (f"# tutor grade: check {exercise.name} (the grader's cell)\n"
-              f"__tutor_grade({nonce!r}, {exercise.name!r}, {exercise.learner_name!r})\n")
-    return PlannedCell("check", source, f"the check of {exercise.name}", (exercise.name,), nonce)
+def grader_cells(options: Options, notebook: int) -> list[PlannedCell]:
+    """The grader's cells before the learner's: the preamble. (After them no cell runs: see the runner.)"""
+    return [PlannedCell("grader", preamble_cell(options.memory_mb, notebook), "the grader's preamble")]

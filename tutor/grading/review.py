@@ -1,0 +1,165 @@
+"""A static look at the learner's cells for code that could reach the grader: :func:`flags`.
+
+The grader undoes or leaves behind what learner code did before the checks (see ``tutor.grading.kernel``),
+and runs each check in a process of its own; what remains possible is code that attacks the grader while a
+check calls it, or that reaches into the process by means no Python-level reset undoes (memory, frames,
+audit hooks, processes outside the kernel's group). Such code has to use the machinery below. A cell that
+does is flagged for review: the flag names the cell, the line and why, and changes no score. No exercise of
+the course needs any of it (a test checks that no solution notebook is flagged).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+# Modules (and their submodules) that can reach the grader's process, by what they do.
+MODULES = {
+    "threading": "starts threads", "_thread": "starts threads", "concurrent": "starts threads or processes",
+    "asyncio": "schedules code to run later", "multiprocessing": "starts processes", "subprocess": "starts processes",
+    "pty": "starts processes", "signal": "replaces signal handlers", "atexit": "runs code at exit",
+    "gc": "reaches any object in memory", "ctypes": "writes to memory", "cffi": "writes to memory",
+    "mmap": "maps memory", "socket": "opens channels to other processes", "resource": "changes process limits",
+    "IPython.core": "reaches IPython's hooks and display machinery", "ipykernel": "reaches the kernel",
+    "zmq": "reaches the kernel's channels", "jupyter_client": "reaches the kernel", "comm": "reaches the kernel",
+    "builtins": "replaces built-in functions", "importlib": "imports modules by name or reloads them",
+    "inspect": "reads frames and source", "dis": "reads bytecode", "code": "runs code built at run time",
+    "marshal": "loads code objects", "tutor.grading": "reaches the grader",
+    "tutor.checks.harness": "reaches the checks' machinery",
+}
+# Attributes that reach the machinery whatever they are read from.
+ATTRIBUTES = {
+    "settrace": "installs a trace hook", "setprofile": "installs a profile hook",
+    "monitoring": "installs monitoring hooks", "addaudithook": "installs an audit hook (it cannot be removed)",
+    "_getframe": "reads frames", "_current_frames": "reads other threads' frames", "f_back": "reads frames",
+    "f_globals": "reads frames", "f_locals": "reads frames", "f_builtins": "reads frames", "tb_frame": "reads frames",
+    "gi_frame": "reads frames", "cr_frame": "reads frames", "f_trace": "reads frames",
+    "__code__": "replaces or reads a function's code", "__globals__": "reaches a function's globals",
+    "__closure__": "reaches a function's closure", "__builtins__": "replaces built-in functions",
+    "__subclasses__": "reaches classes through their bases", "CodeType": "builds code objects",
+    "FunctionType": "builds functions", "get_ipython": "reaches IPython's hooks",
+    "display_pub": "reaches IPython's display machinery", "publish_display_data": "reaches IPython's display machinery",
+    "input_transformers_cleanup": "reaches IPython's input transformers",
+    "input_transformers_post": "reaches IPython's input transformers",
+    "input_transformer_manager": "reaches IPython's input transformers",
+    "ast_transformers": "reaches IPython's AST transformers", "register_magic_function": "adds an IPython magic",
+    "TorchFunctionMode": "changes how torch runs every operation",
+    "TorchDispatchMode": "changes how torch runs every operation",
+    "__torch_function__": "changes how torch runs operations",
+    "__torch_dispatch__": "changes how torch runs operations",
+}
+STORED = {"__class__": "changes an object's class"}  # only when assigned
+# Attributes of a module (as imported by the cell) that reach the machinery.
+MODULE_ATTRIBUTES = {
+    "sys": {"modules": "reaches sys.modules", "displayhook": "replaces the display hook",
+            "excepthook": "replaces the exception hook", "meta_path": "adds an import hook",
+            "path_hooks": "adds an import hook"},
+    "os": dict.fromkeys(["fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "execv", "execve",
+                         "execvp", "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnl",
+                         "spawnle", "spawnvp", "spawnlp", "register_at_fork"], "starts processes")
+    | dict.fromkeys(["kill", "killpg", "abort", "_exit"], "stops or signals processes")
+    | dict.fromkeys(["setsid", "setpgid", "setpgrp"], "leaves its process group")
+    | dict.fromkeys(["dup", "dup2", "fdopen", "write", "open", "close", "pipe", "read"], "uses file descriptors"),
+    "torch": {"library": "registers operator implementations", "overrides": "changes how torch runs operations"},
+}
+MODULE_ATTRIBUTES["posix"] = MODULE_ATTRIBUTES["os"]
+CALLS = {"exec": "runs code built at run time", "eval": "runs code built at run time",
+         "compile": "builds code at run time", "__import__": "imports modules by name",
+         "globals": "reaches the notebook's namespace", "get_ipython": "reaches IPython's hooks",
+         "breakpoint": "starts a debugger"}
+BY_NAME_CALLS = {"setattr": "sets a library attribute by name", "delattr": "deletes a library attribute by name"}
+STRINGS = ("__tutor_grade", "tutor-grade", "/proc/", "tutor.grading")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One line of learner code that could reach the grader, and why."""
+
+    cell: str  # "cell 7 (a cell you added)"
+    line: int
+    code: str  # the line, stripped
+    why: tuple[str, ...]  # ("starts threads (threading)", ...)
+
+    def text(self) -> str:
+        return f"{self.cell}, line {self.line}: `{self.code}` {'; '.join(self.why)}"
+
+
+def _module_reason(name: str) -> str | None:
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        key = ".".join(parts[:end])
+        if key in MODULES and MODULES[key]:
+            return f"{MODULES[key]} ({name})"
+    return None
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def flags(source: str, cell: str) -> list[Flag]:
+    """What in ``source`` (one cell's code) could reach the grader, one :class:`Flag` per line and reason."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    lines = source.splitlines()
+    imported: dict[str, str] = {}  # local name -> what it is ("os", "torch.nn.functional", "sys.modules")
+    found: dict[int, list[str]] = {}  # line -> reasons
+
+    def flag(node, why):
+        reasons = found.setdefault(getattr(node, "lineno", 1), [])
+        if why not in reasons:
+            reasons.append(why)
+
+    def attribute_reason(module: str, attr: str) -> str | None:
+        table = MODULE_ATTRIBUTES.get(module.split(".")[0], {}) if module.count(".") == 0 else {}
+        return table.get(attr)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname \
+                    else alias.name.split(".")[0]
+                why = _module_reason(alias.name)
+                if why:
+                    flag(node, why)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                imported[alias.asname or alias.name] = full
+                why = _module_reason(full) or attribute_reason(node.module, alias.name) \
+                    or ATTRIBUTES.get(alias.name)
+                if why:
+                    flag(node, why if "(" in why else f"{why} ({full})")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            base = dotted.split(".")[0] if dotted else ""
+            owner = imported.get(base, "") if dotted.count(".") == 1 else ""
+            why = ATTRIBUTES.get(node.attr) or attribute_reason(owner, node.attr) \
+                or (STORED.get(node.attr) if isinstance(node.ctx, ast.Store) else None)
+            if why:
+                flag(node, f"{why} ({dotted or node.attr})")
+            if isinstance(node.ctx, (ast.Store, ast.Del)) and base in imported:
+                flag(node, f"replaces a library attribute ({dotted})")
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id.startswith("__") \
+                and node.id in ATTRIBUTES:
+            flag(node, f"{ATTRIBUTES[node.id]} ({node.id})")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in CALLS:
+                flag(node, f"{CALLS[node.func.id]} ({node.func.id})")
+            elif node.func.id in BY_NAME_CALLS and node.args and _dotted(node.args[0]).split(".")[0] in imported:
+                flag(node, f"{BY_NAME_CALLS[node.func.id]} ({node.func.id}({_dotted(node.args[0])}, ...))")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            hit = next((s for s in STRINGS if s in node.value), None)
+            if hit:
+                flag(node, f"names the grader's machinery ({hit!r})")
+    return [Flag(cell, line, (lines[line - 1].strip() if 0 < line <= len(lines) else "")[:100], tuple(why))
+            for line, why in sorted(found.items())]
