@@ -681,3 +681,19 @@ def test_a_points_or_overrides_file_that_is_not_right_names_the_file(tmp_path, c
     assert "[alice] no exercise is called softmaks" in capsys.readouterr().err
     assert main(["grade", str(bad), "--exercise", "softmaks", "--out", str(tmp_path / "out")]) == 2
     assert "no exercise is called softmaks" in capsys.readouterr().err
+
+
+def test_every_solution_notebook_scores_full_marks_with_nothing_flagged_but_copies_of_the_answers(tmp_path):
+    # The watch for the model answer must not take a correct notebook's own code, or the course's cells, for it.
+    folder = tmp_path / "solutions"
+    for nb in catalog.NOTEBOOKS:
+        _write(_solution(nb.number), folder, nb.number)
+    [student] = grading.grade([folder], grading.Options(cell_timeout=60, total_timeout=300, workers=2),
+                              progress=False)
+    assert [nb.number for nb in student.notebooks] == [nb.number for nb in catalog.NOTEBOOKS]
+    for nb in student.notebooks:
+        assert nb.score == nb.max_score, [(e.name, e.status, e.summary) for e in nb.exercises if e.status != "passed"]
+        assert not nb.review and not nb.notes, (nb.number, nb.review, nb.notes)
+        assert not any(e.model_answer for e in nb.exercises)
+        for e in nb.exercises:  # only flags that say the code is the model answer's, which a solution's may be
+            assert all("is the model answer's" in r for r in e.review), e.review

@@ -22,25 +22,28 @@ the order a grading run uses them:
 The public API is re-exported here: ``from tutor import grading``, then ``grading.grade(paths)``.
 """
 
-from tutor.grading.grades import (
-    ExerciseGrade,
-    NotebookGrade,
-    Options,
-    StudentGrade,
-    apply_overrides,
-    load,
-    load_overrides,
-    merge,
-    save,
-)
-from tutor.grading.plan import Template, context_source, load_template, plan_cells
-from tutor.grading.reports import feedback_html, feedback_markdown, gradescope_results, otter_results
-from tutor.grading.runner import grade, grade_notebook, package_snapshot, run_attempt
-from tutor.grading.submissions import find_submissions, match_notebook
-from tutor.grading.summary import class_markdown, gradebook_rows, summary_table, write_gradebook, write_outputs
+import importlib
 
-__all__ = ["Options", "ExerciseGrade", "NotebookGrade", "StudentGrade", "grade", "grade_notebook",
-           "find_submissions", "match_notebook", "gradescope_results", "otter_results", "write_gradebook",
-           "gradebook_rows", "feedback_markdown", "feedback_html", "write_outputs", "summary_table", "class_markdown",
-           "Template", "context_source", "load_template", "plan_cells", "package_snapshot", "run_attempt",
-           "save", "load", "merge", "load_overrides", "apply_overrides"]
+# name -> the module that defines it. Imported on first use (PEP 562), so that the checker, which imports
+# tutor.grading.checker in a process of its own, does not import the runner's notebook and kernel machinery.
+_PUBLIC = {
+    "grades": ["Options", "ExerciseGrade", "NotebookGrade", "StudentGrade", "save", "load", "merge", "load_overrides",
+               "apply_overrides"],
+    "plan": ["Template", "context_source", "load_template", "plan_cells"],
+    "reports": ["feedback_html", "feedback_markdown", "gradescope_results", "otter_results"],
+    "runner": ["grade", "grade_notebook", "package_snapshot", "run_attempt"],
+    "submissions": ["find_submissions", "match_notebook"],
+    "summary": ["class_markdown", "gradebook_rows", "summary_table", "write_gradebook", "write_outputs"],
+}
+_WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

@@ -194,7 +194,11 @@ def start_checker(channel: Channel, kernel: int, timeout: float, marker: tuple[s
     checker's pid, its hello (what the restore put back) and how many processes of the learner's were killed.
     ``marker`` is the environment variable that marks the kernel's processes (see :func:`kill_marked`)."""
     started = kill_tree(kernel) + kill_marked(marker, keep=kernel)
-    channel.send(FORK)
+    try:
+        channel.send(FORK)
+    except OSError as error:
+        raise ChannelError(f"the grader's channel was closed before the checks started ({error}); did your code "
+                           "close files it did not open?") from None
     deadline = time.monotonic() + timeout
     try:
         pid, hello = channel.read(deadline, lambda p: p != kernel and _child_of(p, kernel))
@@ -227,8 +231,12 @@ def start_checker(channel: Channel, kernel: int, timeout: float, marker: tuple[s
 def read_results(channel: Channel, checker: int, go: dict, deadline: float) -> tuple[dict, dict, list[str]]:
     """Send ``go`` and collect ``(loaded, results, notes)``: the checker's report on loading the checks, a
     payload per exercise, and what went wrong with the checker itself."""
-    channel.send(encode(go))
     loaded, results, notes = {}, {}, []
+    try:
+        channel.send(encode(go))
+    except OSError as error:
+        kill_group(checker)
+        return loaded, results, [f"the grader's checker could not be reached ({error})"]
     def trusted(pid):
         return pid is None or pid == checker
 

@@ -21,12 +21,13 @@ import select
 import signal
 import sys
 import time
+import warnings
 
 import torch
 
 from tutor.course import catalog
 from tutor.grading import answers
-from tutor.grading.kernel import encode, recv, send  # noqa: F401 - recv: the runner's side of the same frames
+from tutor.grading.kernel import encode, send
 
 
 def serve(fd: int, go: dict, captured: dict, setup: dict, keep: list) -> None:
@@ -75,14 +76,22 @@ def clear_torch_modes() -> list[str]:
 
 def check_one(fd: int, name: str, learner_name: str, obj, fp: answers.Footprint, library, timeout: float) -> dict:
     """Run the check ``name`` on ``obj`` in a child process; its result as a dict (status, summary, details,
-    and ``model_answer``: what of the model answer it used)."""
+    and ``model_answer``: a sentence that says how it used the model answer, when it did)."""
     same = answers.identity(obj, fp)
     if same:
-        return {"status": "failed", "summary": f"`{learner_name}` is the model answer `{same}`, not your code",
-                "details": [], "model_answer": [f"is {same}"]}
+        why = f"`{learner_name}` is the model answer `{same}`, not your code"
+        return {"status": "failed", "summary": why, "details": [], "model_answer": why}
     results_r, results_w = os.pipe()
     found_r, found_w = os.pipe()
-    pid = os.fork()
+    try:
+        with warnings.catch_warnings():  # Python 3.12+ warns that torch's threads may not survive: they need not
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError as error:
+        for fd_ in (results_r, results_w, found_r, found_w):
+            os.close(fd_)
+        return {"status": "error", "summary": f"not graded: the grader could not start the check's process ({error})",
+                "details": []}
     if pid == 0:  # the child: nothing returns from here
         try:
             os.setpgid(0, 0)
@@ -104,11 +113,12 @@ def check_one(fd: int, name: str, learner_name: str, obj, fp: answers.Footprint,
         pass
     result = _decode(data, status, timeout)
     if findings:
-        result["model_answer"] = findings
-        result["details"] = [f"the check {'passed' if result['status'] == 'passed' else 'ran'}, but "
-                             + answers.describe(findings, learner_name)] + list(result.get("details", []))
+        why = answers.describe(findings, learner_name)
+        result["model_answer"] = why
+        result["details"] = [f"the check {'passed' if result['status'] == 'passed' else 'ran'}, but {why}"] \
+            + list(result.get("details", []))
         result["status"] = "failed"
-        result["summary"] = answers.describe(findings, learner_name) + ": no points"
+        result["summary"] = why + ": no points"
     return result
 
 

@@ -141,6 +141,9 @@ def _shell():
 def _hook_lists():
     """The lists through which code can be made to run at import or in every cell."""
     found = [("sys.meta_path", sys.meta_path), ("sys.path_hooks", sys.path_hooks), ("sys.path", sys.path)]
+    warnings = sys.modules.get("warnings")
+    if warnings is not None:  # ("error" would turn the warning os.fork gives in Python 3.12+ into an exception)
+        found.append(("warnings.filters", warnings.filters))
     shell = _shell()
     if shell is not None:
         manager = shell.input_transformer_manager

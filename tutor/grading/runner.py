@@ -292,13 +292,10 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
         for e in exercises:
             payload = results.get(e.name) or {"status": "error", "summary": default[0],
                                               "details": [default[1]] if default[1] else []}
-            found = payload.get("model_answer") or []
             grade.exercises.append(ExerciseGrade(
                 e.name, number, template.points[e.name], payload["status"], payload["summary"],
                 list(payload.get("details", [])), title=template.titles[e.name], label=template.labels[e.name],
-                model_answer=answers.describe(found, e.learner_name) if found and not found[0].startswith("is ")
-                else (payload["summary"] if found else ""),
-                review=same.get(e.name, [])))
+                model_answer=str(payload.get("model_answer") or ""), review=same.get(e.name, [])))
         grade.seconds = time.monotonic() - start
         return grade
 
