@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -242,6 +243,12 @@ def _check(attempt: Attempt, line, kernel: int, snapshot: dict, tmp: pathlib.Pat
 # Grading one notebook
 
 
+# CPython's ast module keeps one recursion counter per interpreter, not per thread (gh-106905): two workers
+# parsing at once failed a notebook with "AST constructor recursion depth mismatch" here (3.11.7). The workers
+# parse one notebook at a time.
+_PARSING = threading.Lock()
+
+
 def review_notebook(learner: list[PlannedCell], number: int) -> tuple[list[str], dict[str, list[str]]]:
     """What of the learner's cells is flagged for review: lines that could reach the grader (for the notebook),
     and, per exercise, code that is the model answer's with only names or formatting changed."""
@@ -305,8 +312,9 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
         grade.notes.append(f"the notebook cannot be read: {type(error).__name__}: {str(error)[:200]}")
         return finish({}, ("not graded: the notebook file cannot be read", grade.notes[-1]))
 
-    learner = plan_cells(submission, template)  # (with the course's setup and context cells)
-    grade.review, same = review_notebook(learner, number)
+    with _PARSING:  # (with the course's setup and context cells)
+        learner = plan_cells(submission, template)
+        grade.review, same = review_notebook(learner, number)
     head = grader_cells(options, number)
     excluded: dict[int, str] = {}  # index into `learner` -> why it was left out
     for attempt_number in range(1, options.max_attempts + 1):
