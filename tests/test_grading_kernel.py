@@ -71,6 +71,7 @@ RESTORE = textwrap.dedent('''\
     F.softmax.__code__ = (lambda *a, **kw: None).__code__
     torch.testing.cache = "a library's own change, put back silently"
     builtins.print = lambda *a, **kw: None
+    sys.modules["torch.testing"] = types.ModuleType("torch.testing")  # what `import torch.testing` returns
     sys.meta_path.insert(0, type("Hook", (), {"find_spec": staticmethod(lambda *a: None)})())
     def alarm(*a): pass
     signal.signal(signal.SIGALRM, alarm)
@@ -80,6 +81,7 @@ RESTORE = textwrap.dedent('''\
     sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # (reset_process sent it to the null device)
     now = (torch.allclose, torch.Tensor.__eq__, json.loads, F.softmax.__code__, print, sys.meta_path[:])
     same = [a is b if not isinstance(a, list) else a == b for a, b in zip(originals, now)]
+    same.append(sys.modules["torch.testing"] is torch.testing)
     again = k.restore(snap, [])
     out = {"changed": changed, "reset": reset, "same": same, "again": again,
            "added": hasattr(torch.Tensor, "__tutor_added") or hasattr(torch.Tensor, "__tutor_cache"),
@@ -98,7 +100,7 @@ def test_restore_puts_back_every_module_class_and_function_and_names_what_the_le
     assert not out["added"] and not out["testing"]
     changed = set(out["changed"])
     assert {"torch.allclose", "torch.Tensor.__eq__", "torch.Tensor.__tutor_added", "json.loads",
-            "builtins.print", "sys.meta_path"} <= changed, changed
+            "builtins.print", "sys.meta_path", "sys.modules['torch.testing']"} <= changed, changed
     assert not any("cache" in c for c in changed), "a library's own changes are put back silently"
     assert any("softmax (its code)" in c for c in changed), changed
     assert out["reset"] == ["a handler of SIGALRM"]

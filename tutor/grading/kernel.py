@@ -85,6 +85,7 @@ class Snapshot:
 
     def __init__(self):
         self.modules = {}  # name -> (the module's __dict__, a copy of it)
+        self.module_objects = {}  # name -> the module sys.modules held
         self.classes = {}  # id -> (class, dict of its attributes, "module.Class")
         self.functions = {}  # id -> (function, __code__, __defaults__, __kwdefaults__)
         self.lists = []  # (label, list object, its items): sys.meta_path, IPython's transformers ...
@@ -104,6 +105,7 @@ def snapshot() -> Snapshot:
             continue  # the learner's namespace (__main__, and __mp_main__ where IPython aliases it)
         namespace = vars(module)
         snap.modules[name] = (namespace, dict(namespace))
+        snap.module_objects[name] = module
     todo = [value for _, attrs in snap.modules.values() for value in attrs.values()]
     while todo:  # (type(), not isinstance: no object's __class__ or __getattr__ runs)
         value = todo.pop()
@@ -200,6 +202,14 @@ def restore(snap: Snapshot, keep: list, _vars=vars, _isinstance=isinstance, _lis
     """
     changed = []
     missing = keep  # a sentinel no attribute holds
+    modules = sys.modules
+    for name, module in snap.module_objects.items():  # (a module replaced in sys.modules: import gets it)
+        current = modules.get(name, missing)
+        if current is not module:
+            keep.append(current)
+            modules[name] = module
+            if current is not missing:
+                changed.append(f"sys.modules[{name!r}]")
     for name, (now, attrs) in snap.modules.items():
         for key, value in attrs.items():
             current = now.get(key, missing)
