@@ -191,7 +191,29 @@ def _by_learner(value, _type=type, _get=type.__getattribute__, _oget=object.__ge
     return _type(module) is str and module == "__main__"
 
 
+def _put_back(now: dict, saved: dict, keep: list, missing, drop, named) -> list:
+    """Make the dict ``now`` hold ``saved``'s items again, and lose the keys added since for which
+    ``drop(value)``; returns the keys whose replaced value ``named(value)`` says to name. What it replaces
+    goes into ``keep``. Calls nothing but dict and list methods and the two functions it is given."""
+    keys = []
+    for key, value in saved.items():
+        current = now.get(key, missing)
+        if current is not value:
+            keep.append(current)
+            now[key] = value
+            if current is not missing and named(current):
+                keys.append(key)
+    for key in [k for k in now if k not in saved]:
+        if drop(now[key]):
+            value = now.pop(key)
+            keep.append(value)
+            if named(value):
+                keys.append(key)
+    return keys
+
+
 def restore(snap: Snapshot, keep: list, _vars=vars, _isinstance=isinstance, _list=list, _by_learner=_by_learner,
+            _put_back=_put_back, _modules=sys.modules,
             _setattr=type.__setattr__, _delattr=type.__delattr__, _module=types.ModuleType,
             _classdict=type.__getattribute__, _function=(types.FunctionType, types.MethodType)) -> list[str]:
     """Put back everything :func:`snapshot` holds; returns the names of what the learner's code had changed
@@ -202,30 +224,16 @@ def restore(snap: Snapshot, keep: list, _vars=vars, _isinstance=isinstance, _lis
     """
     changed = []
     missing = keep  # a sentinel no attribute holds
-    modules = sys.modules
     for name, module in snap.module_objects.items():  # (a module replaced in sys.modules: import gets it)
-        current = modules.get(name, missing)
+        current = _modules.get(name, missing)
         if current is not module:
             keep.append(current)
-            modules[name] = module
+            _modules[name] = module
             if current is not missing:
                 changed.append(f"sys.modules[{name!r}]")
     for name, (now, attrs) in snap.modules.items():
-        for key, value in attrs.items():
-            current = now.get(key, missing)
-            if current is not value:
-                keep.append(current)
-                now[key] = value
-                if current is not missing and _by_learner(current):
-                    changed.append(f"{name}.{key}")
-        for key in [k for k in now if k not in attrs]:
-            value = now[key]
-            if _isinstance(value, _module):
-                continue  # a submodule imported since (torch.fx ...)
-            keep.append(value)
-            del now[key]
-            if _by_learner(value):
-                changed.append(f"{name}.{key}")
+        keys = _put_back(now, attrs, keep, missing, drop=lambda v: not _isinstance(v, _module), named=_by_learner)
+        changed += [f"{name}.{key}" for key in keys]  # (submodules imported since stay: torch.fx ...)
     for cls, attrs, label in snap.classes.values():
         now = _classdict(cls, "__dict__")
         for key, value in attrs.items():
@@ -259,29 +267,16 @@ def restore(snap: Snapshot, keep: list, _vars=vars, _isinstance=isinstance, _lis
             changed.append(label)
         keep.append(_list(items))
         items[:] = saved
-    for label, obj, attrs, traits in snap.objects:  # (IPython's state changes as cells run: only the learner's
-        now = _vars(obj)                              # functions put on these objects are named)
-        for key in [k for k in now if k not in attrs]:
-            value = now.pop(key)
-            keep.append(value)
-            if _isinstance(value, _function) and _by_learner(value):
-                changed.append(f"{label}.{key}")
-        for key, value in attrs.items():
-            current = now.get(key, missing)
-            if current is not value and key != "_trait_values":
-                keep.append(current)
-                now[key] = value
-                if _isinstance(current, _function) and _by_learner(current):
-                    changed.append(f"{label}.{key}")
-        values = now.get("_trait_values")
+    def learners_function(value):  # IPython's state changes as cells run: only the learner's functions are named
+        return _isinstance(value, _function) and _by_learner(value)
+
+    for label, obj, attrs, traits in snap.objects:
+        keys = _put_back(_vars(obj), attrs, keep, missing, drop=lambda v: True, named=learners_function)
+        changed += [f"{label}.{key}" for key in keys]
+        values = _vars(obj).get("_trait_values")
         if _isinstance(values, dict):
-            for key, value in traits.items():
-                current = values.get(key, missing)
-                if current is not value:
-                    keep.append(current)
-                    values[key] = value
-                    if current is not missing and _by_learner(current):
-                        changed.append(f"{label}.{key}")
+            keys = _put_back(values, traits, keep, missing, drop=lambda v: False, named=_by_learner)
+            changed += [f"{label}.{key}" for key in keys]
     return changed
 
 
