@@ -559,6 +559,35 @@ def test_a_missing_notebook_is_said_once(tmp_path):
     assert "`06_transformer_block.ipynb` was not submitted." in feedback
 
 
+def test_a_kernel_that_does_not_start_is_started_again_and_then_said(tmp_path, monkeypatch):
+    # Kernels started side by side can lose a TCP port to each other ('Kernel died before replying to
+    # kernel_info', seen once in CI): a kernel that does not start is the machine's fault, not the learner's.
+    from tutor.grading import runner
+    real, calls = runner.run_attempt, []
+
+    def first_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            return runner.Attempt(fatal=(None, "the kernel could not run the notebook: RuntimeError: Kernel died "
+                                               "before replying to kernel_info"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_attempt", first_fails)
+    _write(_solution(1), tmp_path / "gus", 1)
+    [student] = grading.grade([tmp_path / "gus"], grading.Options(cell_timeout=20, total_timeout=120),
+                              progress=False)
+    [nb] = student.notebooks
+    assert nb.score == nb.max_score > 0 and (nb.attempts, len(calls)) == (2, 2), nb.notes
+    monkeypatch.setattr(runner, "run_attempt", real)
+
+    [student] = grading.grade([tmp_path / "gus"], grading.Options(cell_timeout=20, total_timeout=120,
+                                                                  kernel_name="no-such-kernel"), progress=False)
+    [nb] = student.notebooks
+    assert nb.score == 0 and nb.attempts == 3, nb.notes
+    assert all(e.status == "error" and "the kernel could not run the notebook" in e.summary for e in nb.exercises)
+    assert "no-such-kernel" in " ".join(nb.notes)
+
+
 def test_regrading_one_exercise_and_overrides_keep_the_rest_of_the_batch(tmp_path):
     subs = tmp_path / "class"
     _write(_variant(3, "padding_mask", WRONG_PADDING_MASK), subs / "erin", 3)

@@ -16,6 +16,7 @@ grader, or that is the model answer with the names changed, is flagged for revie
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pathlib
@@ -96,6 +97,9 @@ class Attempt:
     cell_errors: dict = field(default_factory=dict)  # planned index -> "NameError: ..."
     fatal: tuple | None = None  # (planned cell index or None, reason)
     out_of_time: bool = False
+    # whether the kernel started: one that did not is the machine's fault, tried again (kernels started side by
+    # side can lose a TCP port to each other between choosing and binding it, jupyter/jupyter_client#154)
+    started: bool = False
     load: dict = field(default_factory=dict)  # what the checker put back, reset and loaded
     notes: list = field(default_factory=list)  # what happened to the checks as a whole
 
@@ -148,6 +152,7 @@ def run_attempt(planned: list[PlannedCell], snapshot: dict, options: Options, de
         try:
             with client.setup_kernel(env=kernel_env(setup_pkg, workdir, marker), cwd=str(workdir),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+                attempt.started = True
                 try:
                     kernel = _run_cells(attempt, client, nb.cells, planned, line, options, deadline)
                     if attempt.fatal is None and kernel is not None:
@@ -167,6 +172,23 @@ def run_attempt(planned: list[PlannedCell], snapshot: dict, options: Options, de
             if kernel is not None:
                 channel.kill_group(kernel)
     return attempt
+
+
+def _settle_tasks() -> None:
+    """Cancel what nbclient left running on this thread's event loop after a cell, and collect how it ended.
+
+    A cell that ends in an exception (a timeout, a dead kernel) leaves nbclient's poll of the kernel
+    running; it fails a second later ('assert self.kc is not None'), and the garbage collector logs that
+    failure wherever it next runs. The log's traceback parses source with ``ast``, which, inside another
+    ``ast`` call of that thread, fails it with 'AST constructor recursion depth mismatch' (CPython 3.11)."""
+    from jupyter_core.utils import ensure_event_loop
+
+    loop = ensure_event_loop()
+    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in left:
+        task.cancel()
+    if left:
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 def _run_cells(attempt: Attempt, client, cells, planned, line, options: Options, deadline: float) -> int | None:
@@ -197,6 +219,8 @@ def _run_cells(attempt: Attempt, client, cells, planned, line, options: Options,
         except DeadKernelError:
             attempt.fatal = (index, _death_reason(client))
             break
+        finally:
+            _settle_tasks()
         error = _error_text(cell)
         cell.outputs = []  # keep memory small: only the error matters
         if plan.role == "learner" and error:
@@ -317,6 +341,7 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
         grade.review, same = review_notebook(learner, number)
     head = grader_cells(options, number)
     excluded: dict[int, str] = {}  # index into `learner` -> why it was left out
+    unstarted = 0  # attempts whose kernel did not start
     for attempt_number in range(1, options.max_attempts + 1):
         grade.attempts = attempt_number
         kept = [i for i in range(len(learner)) if i not in excluded]
@@ -349,6 +374,11 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
             why = attempt.notes[-1] if attempt.notes else "the checker gave no result"
             return finish(results, ("not graded: " + why, ""))
         index, why = attempt.fatal
+        if not attempt.started:
+            unstarted += 1
+            if unstarted < 3 and attempt_number < options.max_attempts:
+                time.sleep(1)
+                continue  # the kernel did not start: nothing of the notebook's ran yet
         if attempt.out_of_time:
             grade.notes.append(why)
             return finish({}, ("not graded: " + why, ""))
