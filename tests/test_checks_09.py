@@ -121,6 +121,39 @@ def test_rope_on_halves_as_in_hugging_face():
     rejects(checks.RotaryAttention, Halves, "two halves", "pairs neighbours")
 
 
+class OwnRope(LearnerRotary):
+    """Correct, with its own RoPE on neighbouring pairs: pair i turns at theta ** exponent(i, d)."""
+
+    exponent = staticmethod(lambda i, d: -2 * i / d)
+
+    def rope(self, x, positions):
+        d = x.shape[-1]
+        angle = positions.float()[:, None] * self.theta ** self.exponent(torch.arange(d // 2).float(), d)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x0 * angle.cos() - x1 * angle.sin(), x0 * angle.sin() + x1 * angle.cos()], -1).flatten(-2)
+
+    def rotate(self, q, k, v, positions):
+        return self.rope(q, positions), self.rope(k, positions), v
+
+
+def test_own_rope_is_accepted():
+    passes(checks.RotaryAttention, OwnRope)
+
+
+def test_own_rope_with_exponent_i_over_d():
+    class ExponentI(OwnRope):
+        exponent = staticmethod(lambda i, d: -i / d)
+
+    rejects(checks.RotaryAttention, ExponentI, "theta ** (-i / d)", "theta ** (-2i / d)")
+
+
+def test_own_rope_without_the_minus_sign():
+    class ExponentPlus(OwnRope):
+        exponent = staticmethod(lambda i, d: 2 * i / d)
+
+    rejects(checks.RotaryAttention, ExponentPlus, "lost its minus sign")
+
+
 def test_positions_not_offset_by_the_cache_length():
     class NoOffset(LearnerRotary):
         def positions_for(self, T, positions, cache, device):
@@ -135,6 +168,21 @@ def test_causal_mask_without_offset_for_a_cached_query():
             return torch.ones(T, S, dtype=torch.bool).tril()
 
     rejects(checks.RotaryAttention, PlainTril, "causal mask ignores the keys already in the cache", "diagonal=S - T")
+
+
+def test_is_causal_with_a_cache():
+    class IsCausal(LearnerRotary):
+        def forward(self, x, positions=None, cache=None, layer=0):
+            B, T, C = x.shape
+            positions = self.positions_for(T, positions, cache, x.device)
+            q, k, v = self.split(self.q_proj(x)), self.split(self.k_proj(x)), self.split(self.v_proj(x))
+            q, k, v = self.rotate(q, k, v, positions)
+            if cache is not None:
+                k, v = cache.update(layer, k, v)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # aligned top-left: wrong when S > T
+            return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+
+    rejects(checks.RotaryAttention, IsCausal, "is_causal=True", "aligns it top-left", "diagonal=S - T")
 
 
 def test_no_mask_when_a_cache_is_given():
@@ -332,6 +380,16 @@ def test_kv_cache_storage_in_the_class_body():
     rejects(checks.KVCache, ClassStorage, "shares its storage", "__init__")
 
 
+def test_kv_cache_concatenates_along_the_wrong_axis():
+    class WrongAxis(LearnerCache):
+        def update(self, layer, k, v):
+            self.k[layer].append(k)
+            self.v[layer].append(v)
+            return torch.cat(self.k[layer], dim=1), torch.cat(self.v[layer], dim=1)  # the heads, not the time
+
+    rejects(checks.KVCache, WrongAxis, "Sizes of tensors must match", "along the wrong axis", "dim=-2")
+
+
 def test_kv_cache_overwrites():
     class Overwrites(ref.KVCache):
         def update(self, layer, k, v):
@@ -434,6 +492,58 @@ def test_modern_block_without_ln2():
             return h + self.mlp(h)
 
     rejects(checks.ModernBlock, NoLn2, "ln2 is missing")
+
+
+class RMSNormNoEps(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) * self.weight
+
+
+class RMSNormCentred(RMSNormNoEps):
+    def forward(self, x):
+        x = x - x.mean(dim=-1, keepdim=True)
+        return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * self.weight
+
+
+class SwiGLUGateOnW3(SwiGLU):
+    def forward(self, x):
+        return self.w2(F.silu(self.w3(x)) * self.w1(x))
+
+
+class BlockWith(LearnerBlock):
+    """A LearnerBlock with the learner's own ``norm`` and ``mlp`` classes."""
+
+    norm, mlp_class = RMSNorm, SwiGLU
+
+    def __init__(self, d_model, n_heads, d_hidden, theta=10000.0):
+        super().__init__(d_model, n_heads, d_hidden, theta)
+        self.ln1, self.ln2 = self.norm(d_model), self.norm(d_model)
+        self.mlp = self.mlp_class(d_model, d_hidden)
+
+
+def test_modern_block_own_rms_norm_without_eps():
+    class NoEps(BlockWith):
+        norm = RMSNormNoEps
+
+    rejects(checks.ModernBlock, NoEps, "your RMSNorm has no eps", "+ self.eps")
+
+
+def test_modern_block_own_rms_norm_subtracts_the_mean():
+    class Centred(BlockWith):
+        norm = RMSNormCentred
+
+    rejects(checks.ModernBlock, Centred, "your RMSNorm subtracts the mean", "root mean square")
+
+
+def test_modern_block_own_swiglu_gates_the_wrong_branch():
+    class GateOnW3(BlockWith):
+        mlp_class = SwiGLUGateOnW3
+
+    rejects(checks.ModernBlock, GateOnW3, "gates the wrong branch", "w2(silu(w1(x)) * w3(x))")
 
 
 def test_modern_block_parallel():
@@ -601,6 +711,25 @@ def test_modern_gpt_ignores_config_d_hidden():
     rejects(checks.ModernGPT, Ignores, "expected 40", "config.d_hidden")
 
 
+def test_modern_gpt_writes_into_its_config():
+    class WritesD(LearnerModernGPT):
+        def __init__(self, config):
+            config.d_hidden = config.d_hidden or 8 * math.ceil(8 / 3 * config.d_model / 8)  # the caller's config
+            super().__init__(config)
+
+    rejects(checks.ModernGPT, WritesD, "changed the config it was given", "config.d_hidden was None, is now 48",
+            "store it unchanged")
+
+
+def test_modern_gpt_own_final_norm_subtracts_the_mean():
+    class CentredFinal(LearnerModernGPT):
+        def __init__(self, config):
+            super().__init__(config)
+            self.ln_f = RMSNormCentred(config.d_model)
+
+    rejects(checks.ModernGPT, CentredFinal, "your RMSNorm subtracts the mean")
+
+
 def test_modern_gpt_tied_head():
     class Tied(LearnerModernGPT):
         def __init__(self, config):
@@ -625,7 +754,7 @@ def test_modern_gpt_redraws_the_norm_weights():
 
 
 def make_cached(*, prompt="once", feed="new", new_cache=False, check_len=">", sample="multinomial",
-                restore=True, temperature="logits"):
+                restore=True, temperature="logits", use_top_k=True):
     """A learner's generate_cached with one thing changed."""
 
     def generate_cached(model, ids, max_new_tokens, temperature_=1.0, top_k=None):
@@ -647,7 +776,7 @@ def make_cached(*, prompt="once", feed="new", new_cache=False, check_len=">", sa
                 if feed == "last_prompt_again" and step == 0:
                     logits = model(ids[:, -1:], cache=cache)[:, -1, :]
                 z = logits / temperature_ if temperature == "logits" else logits
-                if top_k is not None:
+                if top_k is not None and use_top_k:
                     kth = torch.topk(z, min(top_k, z.shape[-1])).values[:, -1:]
                     z = z.masked_fill(z < kth, float("-inf"))
                 probs = F.softmax(z, dim=-1)
@@ -726,6 +855,12 @@ def test_generate_cached_argmax():
 
 def test_generate_cached_ignores_the_temperature():
     rejects(checks.generate_cached, make_cached(temperature="ignored"), "temperature has no effect")
+
+
+def test_generate_cached_ignores_top_k():
+    result = rejects(checks.generate_cached, make_cached(use_top_k=False), "top_k is ignored",
+                     "different tokens, expected 1")
+    assert "feed each sampled token once" not in str(result)
 
 
 def test_generate_cached_does_not_restore_the_mode():

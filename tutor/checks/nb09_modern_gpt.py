@@ -1,10 +1,14 @@
 """Checks for notebook 09: rotary attention, the key/value cache, the modern block and GPT, and
 cached generation."""
 
+import copy
+import dataclasses
+import functools
 import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from tutor import reference as ref
 from tutor.checks.common import frequencies_close, top_k_probs
@@ -48,12 +52,21 @@ def _rope_halves(x, positions=None, theta=10000.0):
     return ref.apply_rope(x[..., inverse], positions, theta)[..., perm]
 
 
-def _attend(attn, x, positions=None, cache=None, layer=0, *, rope="qk", whole_width=False, halves=False,
+def _rope_exponent_i(x, positions=None, theta=10000.0):
+    """A learner's own RoPE whose pair i turns at theta ** (-i / d), i.e. at (sqrt theta) ** (-2i / d)."""
+    return ref.apply_rope(x, positions, math.sqrt(theta))
+
+
+def _rope_exponent_plus(x, positions=None, theta=10000.0):
+    """A learner's own RoPE whose pair i turns at theta ** (+2i / d), i.e. at (1 / theta) ** (-2i / d)."""
+    return ref.apply_rope(x, positions, 1 / theta)
+
+
+def _attend(attn, x, positions=None, cache=None, layer=0, *, rope="qk", whole_width=False, rotate=ref.apply_rope,
             offset=True, mask="right", store="rotated", use_cache=True, scale="head"):
     """The reference RotaryAttention forward, or one of the classic mistakes."""
     B, T, C = x.shape
     n_heads = attn.n_heads
-    rotate = _rope_halves if halves else ref.apply_rope
     if positions is None:
         start = cache.length if (cache is not None and offset) else 0
         positions = torch.arange(start, start + T)
@@ -98,7 +111,11 @@ ROTARY_MISTAKES = [
     ("RoPE is applied before splitting heads, across the whole width; split first, then rotate each head's "
      "d_head axis: apply_rope(split_heads(q, H), positions)", dict(whole_width=True)),
     ("you rotate the two halves (x[:d/2], x[d/2:]) as in Hugging Face's Llama; this course pairs neighbours "
-     "(x0, x1), (x2, x3), ...: use apply_rope from notebook 05", dict(halves=True)),
+     "(x0, x1), (x2, x3), ...: use apply_rope from notebook 05", dict(rotate=_rope_halves)),
+    ("your RoPE frequencies are theta ** (-i / d); pair i (i = 0 .. d/2 - 1) turns at theta ** (-2i / d), "
+     "with d = d_head: use apply_rope from notebook 05 (imported above)", dict(rotate=_rope_exponent_i)),
+    ("your RoPE frequencies are theta ** (+2i / d): the exponent lost its minus sign; pair i turns at "
+     "theta ** (-2i / d): use apply_rope from notebook 05 (imported above)", dict(rotate=_rope_exponent_plus)),
     ("there is no RoPE: rotate q and k with apply_rope(q, positions, self.theta)", dict(rope="")),
     ("the attention is not causal: mask the keys after each query", dict(mask="none")),
     ("the scores are divided by sqrt(d_model); divide by sqrt(d_head), the width of one head",
@@ -207,9 +224,10 @@ def RotaryAttention(cls):
                 ("the positions do not start at the cache's length: with a cache holding `start` positions, the "
                  "new ones are torch.arange(start, start + T) with start = cache.length",
                  lambda: chunked(offset=False)),
-                ("the causal mask ignores the keys already in the cache: query i of this call sits at position "
-                 "start + i, so it sees keys 0 .. start + i; use torch.ones(T, S).tril(diagonal=S - T) "
-                 "(a plain tril(ones(T, S)) lets a single new query see only the first key)",
+                ("the causal mask ignores the keys already in the cache: F.scaled_dot_product_attention's "
+                 "is_causal=True (like a plain tril(ones(T, S))) aligns it top-left, so query i sees keys 0 .. i, "
+                 "right only when S = T; with a cache query i sits at position start + i and sees keys "
+                 "0 .. start + i: pass attn_mask=torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T) instead",
                  lambda: chunked(mask="no_offset")),
                 ("there is no causal mask when a cache is given; a call with several new tokens (the prompt) still "
                  "needs it: mask = torch.ones(T, S).tril(diagonal=S - T)", lambda: chunked(mask="none_with_cache")),
@@ -258,7 +276,13 @@ def _length(cache, what):
 
 
 def _update(cache, layer, k, v):
-    out = call(cache.update, layer, k, v, what=f"cache.update({layer}, k [{', '.join(map(str, k.shape))}], v)")
+    try:
+        out = call(cache.update, layer, k, v, what=f"cache.update({layer}, k [{', '.join(map(str, k.shape))}], v)")
+    except LearnerError as e:
+        if "Sizes of tensors must match" in str(e.error):
+            e.hint = ("torch.cat joins the old and the new keys along the wrong axis: k and v are [B, H, T, d_head], "
+                      "and the new positions go along the time axis: torch.cat([old, new], dim=-2)")
+        raise
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise Mismatch("update should return a pair (k_all, v_all)",
                        [f"got {type(out).__name__}"], hint="return self.keys[layer], self.values[layer]")
@@ -383,6 +407,51 @@ BLOCK_MISTAKES = [
 ]
 
 
+def _rms_no_eps(norm, x):
+    return x / x.pow(2).mean(dim=-1, keepdim=True).sqrt() * norm.weight
+
+
+def _rms_centred(norm, x, unbiased=False):
+    x = x - x.mean(dim=-1, keepdim=True)
+    return x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=unbiased) + norm.eps) * norm.weight
+
+
+def _swiglu_gate_on_w3(mlp, x):
+    return mlp.w2(mlp.w1(x) * F.silu(mlp.w3(x)))
+
+
+OWN_NORM = " (or use RMSNorm from tutor.reference, imported above)"
+OWN_PARTS = [  # a learner's own RMSNorm or SwiGLU with a classic mistake: (cause, part, its forward)
+    ("your RMSNorm has no eps: divide by torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps), "
+     "eps = 1e-5" + OWN_NORM, ref.RMSNorm, _rms_no_eps),
+    ("your RMSNorm subtracts the mean (that is LayerNorm): RMSNorm divides x itself by its root mean square, "
+     "torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)" + OWN_NORM, ref.RMSNorm, _rms_centred),
+    ("your RMSNorm subtracts the mean (that is LayerNorm, here with torch.var's unbiased variance): RMSNorm "
+     "divides x itself by its root mean square" + OWN_NORM, ref.RMSNorm,
+     functools.partial(_rms_centred, unbiased=True)),
+    ("your SwiGLU gates the wrong branch: SiLU goes on w1(x), the gate, and w3(x) is multiplied in as it is: "
+     "w2(silu(w1(x)) * w3(x)) (or use SwiGLU from tutor.reference, imported above)", ref.SwiGLU,
+     _swiglu_gate_on_w3),
+]
+
+
+def _with_own(module, part, forward, only=None):
+    """A copy of the reference ``module`` whose every ``part`` submodule (or only the one named ``only``)
+    runs ``forward`` instead of its own."""
+    other = copy.deepcopy(module)
+    for name, sub in other.named_modules():
+        if isinstance(sub, part) and only in (None, name):
+            sub.forward = functools.partial(forward, sub)
+    return other
+
+
+def _own_part_mistakes(reference, run, only=(None,)):
+    """The classic mistakes of a learner's own RMSNorm and SwiGLU in ``reference``, as ``run(variant)`` gives them;
+    ``only`` also tries each norm mistake in one named part alone (e.g. "ln_f")."""
+    return [(text, (lambda p=part, f=forward, o=o: run(_with_own(reference, p, f, o))))
+            for text, part, forward in OWN_PARTS for o in (only if part is ref.RMSNorm else (None,))]
+
+
 def _module_type_hint(module, name, want, why):
     sub = getattr(module, name, None)
     if sub is None:
@@ -452,6 +521,7 @@ def ModernBlock(cls):
             with torch.no_grad():
                 mistakes = [(text, (lambda v=v: _block_forward(reference, x, positions, variant=v)))
                             for text, v in BLOCK_MISTAKES]
+                mistakes += _own_part_mistakes(reference, lambda variant: variant(x, **kw))
                 expect_close(got, reference(x, **kw), "the output of forward", atol=1e-5, rtol=1e-4,
                              mistakes=mistakes)
     _block_theta(cls)
@@ -501,6 +571,21 @@ GPT_MISTAKES = [
     ("the token embeddings are multiplied by sqrt(d_model); add nothing, scale nothing: x = self.tok_emb(ids)",
      dict(scale_emb=True)),
 ]
+
+
+def _build_gpt(cls, config, what):
+    """The learner's ModernGPT(config), checked to leave ``config`` as it was and to have the asked structure."""
+    before = dataclasses.replace(config)
+    model = build(cls, config, what=what)
+    changed = [f"config.{f.name} was {getattr(before, f.name)!r}, is now {getattr(config, f.name)!r}"
+               for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(before, f.name)]
+    if changed:
+        raise Mismatch(f"{what} changed the config it was given", changed,
+                       hint="do not write into it (the caller may build other models from it): store it unchanged, "
+                            "self.config = config, and resolve d_hidden in a local variable, "
+                            "d_hidden = config.d_hidden or ...")
+    _modern_structure(model, config)
+    return model
 
 
 def _modern_structure(model, config):
@@ -560,8 +645,7 @@ def ModernGPT(cls):
     torch.default_generator.manual_seed(0)
     config = ref.ModernConfig(**SMALL)
     with case("ModernGPT(ModernConfig(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2))"):
-        model = build(cls, config, what="ModernGPT(config)")
-        _modern_structure(model, config)
+        model = _build_gpt(cls, config, "ModernGPT(config)")
         reference = _randomise(ref.ModernGPT(config))
         load_reference_weights(model, reference, "your ModernGPT")
     V, M = config.vocab_size, config.max_len
@@ -578,6 +662,7 @@ def ModernGPT(cls):
                 if positions is not None:
                     mistakes.append(("`positions` is not passed on to the blocks: block(x, positions, cache, layer)",
                                      lambda: _gpt_forward(reference, ids)))
+                mistakes += _own_part_mistakes(reference, lambda variant: variant(ids, **kw), only=(None, "ln_f"))
                 expect_close(got, reference(ids, **kw), "the logits", atol=1e-4, rtol=1e-4, mistakes=mistakes)
     with case("a KVCache: model(ids[:, :5], cache=cache), then ids[:, 5:6], ids[:, 6:7], ids[:, 7:8]"):
         ids = torch.randint(0, V, (2, M))
@@ -614,8 +699,7 @@ def ModernGPT(cls):
                               "to every block")
     with case("ModernConfig(..., d_hidden=40)"):
         config40 = ref.ModernConfig(**{**SMALL, "d_hidden": 40})
-        model40 = build(cls, config40, what="ModernGPT(ModernConfig(..., d_hidden=40))")
-        _modern_structure(model40, config40)
+        _build_gpt(cls, config40, "ModernGPT(ModernConfig(..., d_hidden=40))")
     _gpt_theta(cls)
     _init_statistics(cls)
     return "4 inputs, a cache fed in 4 calls, d_hidden, theta, initialisation statistics"
@@ -624,8 +708,7 @@ def ModernGPT(cls):
 def _gpt_theta(cls):
     config = ref.ModernConfig(**{**SMALL, "theta": THETA})
     with case(f"ModernConfig(..., theta={THETA:g})"):
-        model = build(cls, config, what=f"ModernGPT(ModernConfig(..., theta={THETA:g}))")
-        _modern_structure(model, config)
+        model = _build_gpt(cls, config, f"ModernGPT(ModernConfig(..., theta={THETA:g}))")
         for i, block in enumerate(model.blocks):
             _expect_theta(block, THETA, f"blocks[{i}]", GPT_THETA_HINT)
         reference = _randomise(ref.ModernGPT(config), seed=2)
@@ -643,8 +726,7 @@ def _gpt_theta(cls):
 def _init_statistics(cls):
     config = ref.ModernConfig(**LARGE)
     with case("the initialisation, ModernConfig(vocab_size=64, max_len=64, d_model=64, n_heads=4, n_layers=6)"):
-        model = build(cls, config, what="ModernGPT(config)")
-        _modern_structure(model, config)
+        model = _build_gpt(cls, config, "ModernGPT(config)")
         scaled = 0.02 / math.sqrt(2 * config.n_layers)
         params = sorted(model.named_parameters(), key=lambda item: 0 if item[0].startswith(("tok_emb", "head")) else 1)
         for name, p in params:
@@ -758,6 +840,49 @@ def _expect_calls(model, T0, n, prompt=None):
     return None
 
 
+TABLE_PROMPT = [5, 2, 6]
+
+
+def _table_model():
+    """A one-layer model whose next token after TABLE_PROMPT is spread over all 8 tokens (the most likely: 19 %)."""
+    model = CountingGPT(ref.ModernConfig(vocab_size=8, max_len=8, d_model=16, n_heads=2, n_layers=1))
+    _randomise(model, 3)
+    with torch.no_grad():
+        model.head.weight.mul_(0.6)
+    return model
+
+
+def _not_greedy(fn, model, ids, out, expected):
+    """The Mismatch for top_k=1 tokens that differ from generate's, with its likely cause."""
+    b, t = (out != expected).nonzero()[0].tolist()
+    fed = [c["ids"][0].tolist() for c in model.calls]
+    details = [f"first difference at row {b}, position {t}: expected {int(expected[b, t])}, got {int(out[b, t])}",
+               f"tokens fed per call (row 0): {fed}"]
+    hint = ("after the prompt pass, feed each sampled token once, with the same cache, and sample from "
+            "logits[:, -1, :] of each call")
+    last, first_new = ids[0, -1:].tolist(), out[0, ids.shape[1]:ids.shape[1] + 1].tolist()
+    if len(fed) > 1 and fed[0] == ids[0].tolist() and fed[1] == last and last != first_new:
+        hint = ("the last prompt token went through the model twice (once in the prompt pass, once more as "
+                "the first 'new' token), so the cache holds it twice; feed the token you just sampled")
+    else:
+        drawn = _tokens_drawn_with_top_k_1(fn)
+        if drawn > 1:
+            details.append(f"100 rows of the same prompt with top_k=1 drew {drawn} different tokens, expected 1")
+            hint = ("top_k is ignored: keep the top_k largest logits and set the others to -inf before the softmax "
+                    "(with top_k=1 only the most likely token can be drawn)")
+    return Mismatch("with top_k=1 the tokens differ from generate's", details, hint=hint)
+
+
+def _tokens_drawn_with_top_k_1(fn):
+    """How many different tokens fn draws after 100 copies of one prompt with top_k=1 (1 when top_k works)."""
+    ids = torch.tensor(TABLE_PROMPT).repeat(100, 1)
+    try:
+        out = call(fn, _table_model(), ids, 1, top_k=1, what="generate_cached(model, ids [100, 3], 1, top_k=1)")
+        return len(set(out[:, -1].tolist()))
+    except (LearnerError, TypeError, AttributeError, IndexError):  # only a diagnosis: if it fails, no cause
+        return 0
+
+
 @check("generate_cached")
 def generate_cached(fn):
     config = ref.ModernConfig(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=2)
@@ -769,16 +894,7 @@ def generate_cached(fn):
         note = _expect_calls(model, 4, 6, ids)
         expected = ref.generate(CountingGPT(config, peaked=True), ids, 6, top_k=1)
         if not torch.equal(out, expected):
-            b, t = (out != expected).nonzero()[0].tolist()
-            fed = [c["ids"][0].tolist() for c in model.calls]
-            hint = ("after the prompt pass, feed each sampled token once, with the same cache, and sample from "
-                    "logits[:, -1, :] of each call")
-            if len(fed) > 1 and fed[0] == ids[0].tolist() and fed[1] == ids[0, -1:].tolist():
-                hint = ("the last prompt token went through the model twice (once in the prompt pass, once more as "
-                        "the first 'new' token), so the cache holds it twice; feed the token you just sampled")
-            raise Mismatch("with top_k=1 the tokens differ from generate's",
-                           [f"first difference at row {b}, position {t}: expected {int(expected[b, t])}, "
-                            f"got {int(out[b, t])}", f"tokens fed per call (row 0): {fed}"], hint=hint)
+            raise _not_greedy(fn, model, ids, out, expected)
     with case("ids [2, 1], 15 new tokens (T0 + max_new_tokens = max_len = 16), top_k=1"):
         model = CountingGPT(config, peaked=True, seed=1)
         ids = torch.randint(0, 13, (2, 1))
@@ -790,9 +906,9 @@ def generate_cached(fn):
                                hint="only T0 + max_new_tokens > model.config.max_len is too long (not >=)") from None
             raise
         _expect_calls(model, 1, 15)
-        if not torch.equal(out, ref.generate(CountingGPT(config, peaked=True, seed=1), ids, 15, top_k=1)):
-            raise Mismatch("with top_k=1 the tokens differ from generate's",
-                           hint="after the prompt pass, feed each sampled token once, with the same cache")
+        expected = ref.generate(CountingGPT(config, peaked=True, seed=1), ids, 15, top_k=1)
+        if not torch.equal(out, expected):
+            raise _not_greedy(fn, model, ids, out, expected)
     with case("ids [1, 10], 7 new tokens: more than max_len = 16"):
         model = CountingGPT(config)
         try:
@@ -818,12 +934,7 @@ def generate_cached(fn):
                 after = "eval" if mode == "train" else "train"
                 raise Mismatch(f"generate_cached left the model in {after} mode; it was in {mode} mode",
                                hint="was_training = model.training at the start, model.train(was_training) at the end")
-    small = ref.ModernConfig(vocab_size=8, max_len=8, d_model=16, n_heads=2, n_layers=1)
-    table_model = CountingGPT(small)
-    _randomise(table_model, 3)
-    with torch.no_grad():
-        table_model.head.weight.mul_(0.6)
-    prompt = [5, 2, 6]
+    table_model, prompt = _table_model(), TABLE_PROMPT
     with torch.no_grad():
         logits = table_model(torch.tensor([prompt]))[0, -1].double()
     for label, temperature, top_k in [("temperature 1", 1.0, None), ("temperature 0.5", 0.5, None),
