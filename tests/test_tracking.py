@@ -65,6 +65,10 @@ def test_a_failure_after_a_pass_keeps_the_date_of_the_pass(store):
     entry = json.loads(store.read_text(encoding="utf-8"))["exercises"]["softmax"]
     assert entry["status"] == "failed" and entry["last_passed"] == passed
     assert tutor.progress(1).status("softmax") == "failed"
+    # said so, not "not passing ... last passed <date>", which reads as a contradiction
+    assert re.search(r"❌ softmax\s+not passing\s+\(it passed on \d{4}-\d\d-\d\d \d\d:\d\d, not in its last check\)",
+                     tutor.progress(1).text())
+    assert "last passed" not in tutor.progress(1).text().split("softmax")[1].splitlines()[0]
 
 
 def test_a_corrupt_file_is_replaced(store):

@@ -143,7 +143,7 @@ def expect_close(
     if torch.allclose(got.detach().to(expected.dtype), expected, atol=atol, rtol=rtol, equal_nan=True):
         return got
     cause = diagnose(got, mistakes, expected)
-    raise Mismatch(f"{what} has wrong values", first_difference(got, expected, atol, rtol), cause or hint)
+    raise Mismatch(f"wrong values in {what}", first_difference(got, expected, atol, rtol), cause or hint)
 
 
 def diagnose(got, mistakes, expected: torch.Tensor | None = None) -> str | None:

@@ -62,7 +62,7 @@ def expect_mask(got, expected: torch.Tensor, what: str, mistakes=(),
         details = [_first_mask_difference(values, expected)]
         if expected.numel() <= 64:
             details += ["expected (1 = may attend):"] + _mask_pattern(expected) + ["got:"] + _mask_pattern(values)
-        raise Mismatch(f"{what} has wrong values", details, diagnose(values, mistakes))
+        raise Mismatch(f"wrong values in {what}", details, diagnose(values, mistakes))
     if got.dtype != torch.bool:
         raise Mismatch(
             f"{what} has dtype {got.dtype}, expected torch.bool",

@@ -164,6 +164,15 @@ def _date(stamp) -> str:
         return str(stamp)[:16]
 
 
+def _when(status, last, short: bool = False) -> str:
+    """When the exercise last passed; for one whose last check did not pass, said so (not a contradiction)."""
+    if not last:
+        return ""
+    if status == "passed":
+        return _date(last) if short else f"last passed {_date(last)}"
+    return f"{_date(last)}, not its last check" if short else f"(it passed on {_date(last)}, not in its last check)"
+
+
 class Progress:
     """A table of exercises: notebook, exercise, ✅/❌/⏳, date of the last pass."""
 
@@ -199,7 +208,7 @@ class Progress:
                 total = sum(n is nb for n, *_ in self.rows)
                 lines.append(f"{nb.number:02d} {nb.title} ({done}/{total})")
                 current = nb
-            when = f"last passed {_date(last)}" if last else ""
+            when = _when(status, last)
             label = {"passed": "passed", "failed": "not passing", "not done": "not done yet"}.get(status, "not started")
             lines.append(f"  {ICONS.get(status, '⏳')} {e.name:<{width}}  {label:<12} {when}".rstrip())
         return "\n".join(lines)
@@ -213,9 +222,10 @@ class Progress:
         rows = []
         for nb, e, status, last in self.rows:
             label = {"passed": "passed", "failed": "not passing", "not done": "not done yet"}.get(status, "not started")
+            when = html.escape(_when(status, last, short=True))
             rows.append(
                 f"<tr><td>{nb.number:02d}</td><td><code>{html.escape(e.name)}</code></td>"
-                f"<td>{ICONS.get(status, '⏳')} {label}</td><td>{html.escape(_date(last))}</td></tr>")
+                f"<td>{ICONS.get(status, '⏳')} {label}</td><td>{when}</td></tr>")
         return (f"<div><b>{html.escape(self._title())}</b>"
                 "<table><thead><tr><th>notebook</th><th>exercise</th><th>result</th><th>last passed</th></tr></thead>"
                 f"<tbody>{''.join(rows)}</tbody></table></div>")
