@@ -80,14 +80,14 @@ TOP = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight", "ln_f.wei
 
 
 def _names(name, *, prefix=True, skip=r"h\.\d+\.attn\.(bias|masked_bias)", qkv="qkv", top=TOP, renames=RENAMES,
-           unknown="raise", fused=False):
+           unknown="raise", fused=False, layer=r"\d+"):
     if prefix:
         name = name.removeprefix("transformer.")
     if name in top:
         return [top[name]]
     if re.fullmatch(skip, name) if skip.startswith("h") else name.endswith(skip):
         return []
-    match = re.fullmatch(r"h\.(\d+)\.(.+)\.(weight|bias)", name)
+    match = re.fullmatch(rf"h\.({layer})\.(.+)\.(weight|bias)", name)
     if match and match.group(2) == "attn.c_attn":
         layer, _, kind = match.groups()
         if fused:
@@ -156,6 +156,10 @@ def cn_no_rename(name):
                                  "mlp.c_proj": "mlp.proj"})
 
 
+def cn_one_digit(name):  # the tiny model has blocks 0 and 1 only; GPT-2 small has 10 and 11 too
+    return _names(name, layer=r"\d", skip=r"h\.\d\.attn\.(bias|masked_bias)")
+
+
 def test_course_names_rejects():
     rejects(checks.course_names, cn_keeps_prefix, "transformer.", "removeprefix")
     rejects(checks.course_names, cn_endswith_bias, "c_attn's bias", "match the whole name")
@@ -169,6 +173,7 @@ def test_course_names_rejects():
     rejects(checks.course_names, cn_string, "not a list of names", "return a list")
     rejects(checks.course_names, cn_layer_plus_one, "layer index is off")
     rejects(checks.course_names, cn_no_rename, "the course's names", "ln1")
+    rejects(checks.course_names, cn_one_digit, "h.10.attn.c_attn.weight", "h.0 to h.11", r"\d+")
 
 
 # --- to_linear ------------------------------------------------------------------------------------------------------
@@ -264,6 +269,15 @@ def sq_list_of_two(t):
     return [t[:d], t[d:]]
 
 
+def sq_split_last(t):  # right for the weight [3d, d], one piece for the bias [3d]
+    q, k, v = t.split(t.shape[-1])
+    return q, k, v
+
+
+def sq_split_last_returned(t):
+    return t.split(t.shape[-1])
+
+
 def sq_string(t):
     return "q, k, v"
 
@@ -272,7 +286,10 @@ def test_split_qkv_rejects():
     rejects(checks.split_qkv, sq_wrong_axis, "input axis (dim 1)", "output axis, dim 0")
     rejects(checks.split_qkv, sq_kqv, "order k, q, v", "q | k | v")
     rejects(checks.split_qkv, sq_interleaved, "every third row", "contiguous blocks")
-    rejects(checks.split_qkv, sq_view, "non-contiguous", ".view() fails", "chunk")
+    rejects(checks.split_qkv, sq_view, "non-contiguous", ".view() cannot always merge", "chunk")
+    for wrong in (sq_split_last, sq_split_last_returned):
+        result = rejects(checks.split_qkv, wrong, "a bias [18]", "tensor.shape[-1] is 3d", "shape[0] // 3")
+        assert "view" not in str(result)
     rejects(checks.split_qkv, sq_split_3, "pieces, not 3", "pieces of 3 rows")
     rejects(checks.split_qkv, sq_list_of_two, "2 pieces, not 3")
     rejects(checks.split_qkv, sq_string, "not three tensors")
@@ -286,14 +303,20 @@ def test_split_qkv_accepts_a_list_or_a_stacked_tensor():
 # --- load_gpt2 ------------------------------------------------------------------------------------------------------
 
 
+def _layers(shapes):
+    return 1 + max(int(k.split(".")[1]) for k in shapes if k.startswith("h."))
+
+
 def make_loader(*, config=None, to_linear=ref.to_linear, split=ref.split_qkv, names=ref.course_names,
-                strict=True, check_shapes=True, skip_unplaceable=False):
+                strict=True, check_shapes=True, skip_unplaceable=False, layers=_layers, heads=None, guard=True):
     """A learner's loader, built from parts: each keyword swaps in one mistake."""
 
     def load(state_dict, n_heads):
         shapes = {k.removeprefix("transformer."): v.shape for k, v in state_dict.items()}
         V, d = shapes["wte.weight"]
-        n_layers = 1 + max(int(k.split(".")[1]) for k in shapes if k.startswith("h."))
+        n_layers = layers(shapes)
+        if heads is not None:
+            n_heads = heads(d)
         sizes = dict(vocab_size=V, max_len=shapes["wpe.weight"][0], d_model=d, n_heads=n_heads, n_layers=n_layers)
         model = GPT(config(**sizes) if config else GPTConfig.gpt2(**sizes))
         params = dict(model.named_parameters())
@@ -307,7 +330,7 @@ def make_loader(*, config=None, to_linear=ref.to_linear, split=ref.split_qkv, na
             for name, piece in zip(course, pieces):
                 if name == "head.weight" and model.config.tie_head:
                     continue
-                if name not in params:
+                if name not in params and guard:
                     if skip_unplaceable:
                         continue
                     raise ValueError(f"unexpected tensor {key}")
@@ -343,6 +366,14 @@ lg_keyerror = make_loader(names=cn_keyerror)
 lg_buffers_not_skipped = make_loader(names=cn_buffers_loaded)
 lg_no_attn_bias = make_loader(config=lambda **s: GPTConfig.gpt2(**s, attn_bias=False), skip_unplaceable=True)
 lg_prefix_only = make_loader(names=cn_keeps_prefix)
+lg_layers_off_by_one = make_loader(layers=lambda shapes: _layers(shapes) - 1)
+lg_heads_from_width = make_loader(heads=lambda d: d // 64)  # GPT-2 small: 768 // 64 = 12; the tiny one: 24 // 64 = 0
+lg_twelve_heads = make_loader(heads=lambda d: 12)
+def _count_layers(shapes):  # a gap (h.0, h.2) makes it one too few
+    return len({k.split(".")[1] for k in shapes if k.startswith("h.")})
+
+
+lg_counts_layers_unguarded = make_loader(layers=_count_layers, guard=False)
 
 
 def lg_load_state_dict_not_strict(state_dict, n_heads):
@@ -382,6 +413,18 @@ def test_load_gpt2_rejects():
     rejects(checks.load_gpt2, lg_prefix_only, "transformer.wte.weight", "removeprefix")
     rejects(checks.load_gpt2, lg_load_state_dict_not_strict, "is missing", "strict=False")
     rejects(checks.load_gpt2, lg_returns_nothing, "returned None")
+    result = rejects(checks.load_gpt2, lg_layers_off_by_one, "names block 1, the last one", "largest N plus one")
+    assert "removeprefix" not in str(result)
+    result = rejects(checks.load_gpt2, lg_heads_from_width, "ZeroDivisionError", "use the n_heads you are given")
+    assert "named wrongly" not in str(result)
+    rejects(checks.load_gpt2, lg_twelve_heads, "built a model with n_heads=12", "pass the n_heads argument")
+    rejects(checks.load_gpt2, lg_counts_layers_unguarded, "skips block h.1", "raised KeyError, not a ValueError")
+
+
+def test_load_gpt2_a_counting_loader_with_the_guard_refuses_a_gap_by_name():
+    # step 3 of the exercise ("a name your model has no parameter for") is what refuses h.2 here
+    counting = make_loader(layers=_count_layers)
+    passes(checks.load_gpt2, counting)
 
 
 def test_load_gpt2_strictness_message_names_the_tensor():
