@@ -129,6 +129,17 @@ def mp_overlapping(ids, pair, new_id):
     return merged
 
 
+def mp_every_occurrence(ids, pair, new_id):
+    """Every place the pair starts becomes new_id: [7, 7, 7] -> [300, 300] ("aaa" -> two "aa")."""
+    merged = []
+    for i in range(len(ids)):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            merged.append(new_id)
+        elif i == 0 or (ids[i - 1], ids[i]) != pair:
+            merged.append(ids[i])
+    return merged
+
+
 def mp_in_place(ids, pair, new_id):
     i = 0
     while i < len(ids) - 1:
@@ -225,6 +236,7 @@ def mp_list_string_replace(ids, pair, new_id):
 
 def test_merge_pair_rejects():
     rejects(checks.merge_pair, mp_overlapping, "overlapping occurrences", "[new_id, 7]")
+    rejects(checks.merge_pair, mp_every_occurrence, "overlapping occurrences", "share the middle 7", "i += 2")
     rejects(checks.merge_pair, mp_in_place, "changed the list it was given")
     rejects(checks.merge_pair, mp_in_place_no_return, "in place and returned None")
     rejects(checks.merge_pair, mp_first_only, "only the first occurrence")
@@ -309,6 +321,18 @@ def tb_first_seen(text, vocab_size, special_tokens=()):
     return learner_train(text, vocab_size, special_tokens, tie=lambda c, v, p: c[p])
 
 
+def tb_tie_joined(text, vocab_size, special_tokens=()):
+    return learner_train(text, vocab_size, special_tokens, tie=lambda c, v, p: (c[p], v[p[0]] + v[p[1]]))
+
+
+def tb_tie_last_seen(text, vocab_size, special_tokens=()):
+    return learner_train(text, vocab_size, special_tokens, tie=lambda c, v, p: (c[p], list(c).index(p)))
+
+
+def tb_non_space_runs(text, vocab_size, special_tokens=()):
+    return learner_train(text, vocab_size, special_tokens, pretokenize=regex.compile(r"\S+").findall)
+
+
 def tb_no_pretokenization(text, vocab_size, special_tokens=()):
     return learner_train(text, vocab_size, special_tokens, pretokenize=lambda piece: [piece])
 
@@ -386,6 +410,9 @@ def test_train_bpe_rejects():
     rejects(checks.train_bpe, tb_tie_smaller, "tie was broken the wrong way", "greater")
     rejects(checks.train_bpe, tb_tie_by_ids, "comparing ids", "bytes")
     rejects(checks.train_bpe, tb_first_seen, "which pair came first")
+    rejects(checks.train_bpe, tb_tie_joined, "joined", "(vocab[a], vocab[b])", "first tokens first")
+    rejects(checks.train_bpe, tb_tie_last_seen, "another way than the rule's", "both occur")
+    rejects(checks.train_bpe, tb_non_space_runs, "spaces were dropped", "\\S+")
     rejects(checks.train_bpe, tb_no_pretokenization, "across pre-tokens")
     rejects(checks.train_bpe, tb_split_on_spaces, "spaces were dropped")
     rejects(checks.train_bpe, tb_specials_not_split, "special token was counted")
@@ -625,6 +652,74 @@ class ReadsEverything(LearnerTokenizer):
         yield from self.encode("".join(lines))
 
 
+class Streams(LearnerTokenizer):
+    """encode_iterable as the notebook's hint 3 says, for chunks cut anywhere; the subclasses each get a part wrong."""
+
+    margin, hold_specials, keep_last = 3, True, False
+
+    def pieces(self, text):
+        for part in self.split(text):
+            if part in self.special_tokens:
+                yield part, True
+            else:
+                yield from ((word, False) for word in self.pretokens(part))
+
+    def special_start(self, buffer):
+        """Where a special token may be starting that the next chunk completes (or makes a longer one)."""
+        for p in range(len(buffer)):
+            if any(s.startswith(buffer[p:]) and s != buffer[p:] for s in self.special_tokens):
+                return p
+        return len(buffer)
+
+    def encode_iterable(self, chunks):
+        buffer = ""
+        for chunk in chunks:
+            buffer += chunk
+            limit = (self.special_start(buffer) if self.hold_specials else len(buffer)) - self.margin
+            pieces, done = list(self.pieces(buffer)), 0
+            for k, (piece, special) in enumerate(pieces):
+                if done + len(piece) > limit or self.keep_last and k == len(pieces) - 1:
+                    break
+                yield from [self.ids[piece.encode()]] if special else self.encode_word(piece)
+                done += len(piece)
+            buffer = buffer[done:]
+        yield from self.encode(buffer)
+
+
+class SpecialCutAcrossChunks(Streams):
+    hold_specials = False
+
+
+class KeepsOnlyTheLastPiece(Streams):
+    margin, keep_last = 0, True
+
+
+class ChunkByChunk(Streams):
+    def encode_iterable(self, chunks):
+        for chunk in chunks:
+            yield from self.encode(chunk)
+
+
+class MergedIdFromRank(LearnerTokenizer):
+    """id = 256 + rank for a merged token: right on the course's layout and GPT-2's, not on CS336's."""
+
+    def __init__(self, vocab, merges, special_tokens=None):
+        super().__init__(vocab, merges, special_tokens)
+        self.merged = {pair: 256 + rank for pair, rank in self.ranks.items()}
+
+
+class SpecialsSplitWithoutGroup(LearnerTokenizer):
+    def split(self, text):
+        if not self.special_tokens:
+            return [text]
+        pattern = "|".join(regex.escape(s) for s in self.special_order())  # no (...): regex.split drops them
+        return [p for p in regex.split(pattern, text) if p]
+
+
+class NonSpaceRuns(LearnerTokenizer):
+    pattern = regex.compile(r"\S+")
+
+
 class HigherDuplicate(LearnerTokenizer):
     def bytes_to_ids(self):
         return {b: i for i, b in self.vocab.items()}  # a later id overwrites an earlier one
@@ -660,8 +755,15 @@ def test_bpe_tokenizer_rejects():
     rejects(checks.BPETokenizer, StrictDecode, "not valid UTF-8", "errors='replace'")
     rejects(checks.BPETokenizer, IgnoreDecode, "dropped bytes", "errors='ignore'")
     rejects(checks.BPETokenizer, LineByLine, "each line was encoded on its own")
+    rejects(checks.BPETokenizer, ChunkByChunk, "each line was encoded on its own")  # the lines show it first
     rejects(checks.BPETokenizer, DropsLineEnds, "line ends were dropped")
     rejects(checks.BPETokenizer, ReadsEverything, "before it gave the first id", "memory")
+    passes(checks.BPETokenizer, Streams)  # chunks cut anywhere, as the hint says
+    rejects(checks.BPETokenizer, SpecialCutAcrossChunks, "special token cut between two chunks", "hold back")
+    rejects(checks.BPETokenizer, KeepsOnlyTheLastPiece, "within 3 characters", "not only the last piece")
+    rejects(checks.BPETokenizer, MergedIdFromRank, "256 + its rank", "id 257", "read each merged token's id from vocab")
+    rejects(checks.BPETokenizer, SpecialsSplitWithoutGroup, "special tokens are missing", "capturing group")
+    rejects(checks.BPETokenizer, NonSpaceRuns, "spaces were dropped", "\\S+")
     rejects(checks.BPETokenizer, HigherDuplicate, "higher one", "lower id")
     rejects(checks.BPETokenizer, SpecialsMustBeInVocab, "next free id")
     rejects(checks.BPETokenizer, NoEncodeIterable, "encode_iterable")

@@ -166,6 +166,34 @@ def test_encode_iterable_equals_encode(mixed_tokenizer, text, cuts):
     assert list(mixed_tokenizer.encode_iterable(chunks)) == mixed_tokenizer.encode(text)
 
 
+def test_encode_iterable_takes_chunks_cut_anywhere_and_holds_back_only_a_few_characters(mixed_tokenizer, tmp_path):
+    """The contract: chunks may be cut anywhere (a file's lines, or blocks of any size that cut words, contractions
+    and special tokens); the ids are those of encode, and what waits in the buffer is the last few characters."""
+    tok = mixed_tokenizer
+    path = tmp_path / "mixed.txt"
+    path.write_text(MIXED * 3, encoding="utf-8", newline="")
+    ids = tok.encode(MIXED * 3)
+    for size in (1, 2, 3, 5, 7, 13, 64, 10_000):
+        with open(path, encoding="utf-8", newline="") as f:
+            assert list(tok.encode_iterable(iter(lambda: f.read(size), ""))) == ids, size
+    assert list(tok.encode_iterable(["We'l", "l see<|endof", "text|>"])) == tok.encode("We'll see" + EOT)
+    # when the next chunk is asked for, all but the last few characters have been yielded: 3, and the pre-token
+    # they end
+    text = "the cat sat on the mat, and we'll see. " * 20
+    out, asked = [], []
+
+    def chunks():
+        for k in range(0, len(text), 10):
+            asked.append((k, len(out)))  # (characters given so far, ids yielded so far)
+            yield text[k:k + 10]
+
+    out.extend(tok.encode_iterable(chunks()))
+    assert out == tok.encode(text)
+    for n_chars, n_ids in asked[1:]:
+        settled = tok.decode(out[:n_ids])
+        assert text.startswith(settled) and n_chars - len(settled) <= 3 + max(map(len, bpe.pretokenize(text)))
+
+
 @FAST
 @given(text=TEXT)
 def test_same_ids_as_tiktoken_on_any_text(mixed_tokenizer, text):
@@ -258,6 +286,21 @@ def test_payoff_tokenizations_and_budget():
     assert model.head.out_features == 300 and model.config.max_len == 8
     # notebook 10's FLOPs per token: 6 N + 12 L d T
     assert payoff.flops_per_token(1000, 2, 16, 8) == 6 * 1000 + 12 * 2 * 16 * 8
+
+
+def test_the_sweep_runs_each_setting_with_each_seed(capsys):
+    """The table of notebook 11's section 9: one run of `train` per setting and seed, at the notebook's budget."""
+    from tutor.train import bpe_vs_chars as payoff
+
+    chosen = [(None, payoff.CHAR_CONFIG.block_size, payoff.CHAR_CONFIG.batch_size, payoff.CHAR_CONFIG.max_lr),
+              (payoff.BPE_VOCAB, payoff.BPE_CONFIG.block_size, payoff.BPE_CONFIG.batch_size, payoff.BPE_CONFIG.max_lr)]
+    assert all(setting in payoff.SWEEP for setting in chosen)  # the notebook's settings are rows of its table
+    train_text, val_text = payoff.split(SMALL * 20)
+    results = payoff.sweep(train_text, val_text, 3e7, settings=[(None, 8, 2, 3e-3), (300, 8, 2, 1e-2)], seeds=(0, 1))
+    assert [(setting[0], seed) for setting, seed, _ in results] == [(None, 0), (None, 1), (300, 0), (300, 1)]
+    assert all(run.config.min_lr == setting[3] / 10 and run.config.seed == seed for setting, seed, run in results)
+    assert results[0][2].final != results[1][2].final  # another seed, another run
+    assert capsys.readouterr().out.count("bits per byte") == 4
 
 
 def test_token_pictures():

@@ -149,6 +149,7 @@ def test_gpt2_files_from_the_environment_and_the_cache(monkeypatch, tmp_path, ca
     monkeypatch.setenv("TUTOR_GPT2_MERGES", str(GPT2 / "vocab.bpe"))
     found = gpt2_data.gpt2_files()
     assert found.encoder == GPT2 / "encoder.json" and "TUTOR_GPT2_ENCODER" in capsys.readouterr().out
+    assert found.notice == "GPT-2's vocabulary: encoder.json (TUTOR_GPT2_ENCODER); vocab.bpe (TUTOR_GPT2_MERGES)"
     # a download (here: served from the shared files) lands in the cache, checksum verified
     for var in ("TUTOR_GPT2_ENCODER", "TUTOR_GPT2_MERGES"):
         monkeypatch.delenv(var)
@@ -158,6 +159,7 @@ def test_gpt2_files_from_the_environment_and_the_cache(monkeypatch, tmp_path, ca
     found = gpt2_data.gpt2_files(offline=False)
     assert found.encoder == tmp_path / "gpt2-encoder.json"
     assert found.merges.read_bytes() == (GPT2 / "vocab.bpe").read_bytes()
-    assert "downloaded" in found.notice
+    assert found.notice.startswith("GPT-2's vocabulary: encoder.json downloaded from ")
+    assert "; vocab.bpe downloaded from " in found.notice
     monkeypatch.setattr(gpt2_data.sources, "download", lambda url, timeout: pytest.fail("downloaded twice"))
     assert "from the cache" in gpt2_data.gpt2_files(offline=False).notice

@@ -139,10 +139,12 @@ def merge_pair(fn):
             if ids[:3] == [7, 7, 7] and got == ref.merge_pair(ids[::-1], pair[::-1], new_id)[::-1]:
                 raise Mismatch("the pairs are merged from the right", details,
                                hint="go left to right: [7, 7, 7] with (7, 7) gives [new_id, 7]")
-            if ids[:3] == [7, 7, 7] and all(x in (7, new_id) for x in got) and len(got) < len(expected):
-                raise Mismatch("overlapping occurrences of the pair were merged", details,
-                               hint="occurrences may not overlap: go left to right and after a merge skip both ids "
-                                    "(i += 2), so [7, 7, 7] with (7, 7) gives [new_id, 7]")
+            if ids[:3] == [7, 7, 7] and (got == _every_occurrence(ids, pair, new_id) or (
+                    all(x in (7, new_id) for x in got) and len(got) < len(expected))):
+                raise Mismatch("overlapping occurrences of the pair were merged: [7, 7, 7] holds (7, 7) at 0 and at 1, "
+                               "and the two share the middle 7",
+                               details, hint="go left to right and after a merge skip both ids (i += 2), so the next "
+                                             "occurrence starts after it: [7, 7, 7] with (7, 7) gives [new_id, 7]")
             either, i = [], 0
             while i < len(ids):
                 if i + 1 < len(ids) and (ids[i], ids[i + 1]) in (pair, (b, a)):
@@ -187,6 +189,17 @@ def merge_pair(fn):
     return f"{len(cases)} cases"
 
 
+def _every_occurrence(ids, pair, new_id):
+    """Every place the pair starts becomes new_id, overlapping ones too: [7, 7, 7] -> [new_id, new_id]."""
+    out = []
+    for i in range(len(ids)):
+        if tuple(ids[i:i + 2]) == pair:
+            out.append(new_id)
+        elif i == 0 or (ids[i - 1], ids[i]) != pair:
+            out.append(ids[i])
+    return out
+
+
 def _by_string_replacement(ids, pair, new_id):
     """What replacing the pair in the ids written as text gives (with spaces, or as str(list))."""
     a, b = pair
@@ -215,6 +228,10 @@ ONCE_TEXT = "the quick brown fox jumps over a lazy dog"  # almost every pair occ
 TWO_SPECIALS = ("<|pad|>", EOT)  # given in this order, which is not sorted
 GPT2_WITHOUT_CONTRACTIONS = r"""\p{L}+| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 WRONG_PATTERNS = [  # (the cause, a pattern a learner might write instead of GPT-2's)
+    ("the spaces were dropped: the pre-tokenizer \\S+ (like str.split()) keeps only runs of non-space characters, "
+     "so ' the' never occurs and punctuation stays on its word ('mat.'); GPT-2's pattern keeps the space before a "
+     "word, the runs of white space and the punctuation as pre-tokens of their own: "
+     "regex.findall(GPT2_PATTERN, text)", r"\S+"),
     ("the pre-tokenizer knows only ASCII letters and digits ([a-zA-Z], [0-9]): GPT-2's pattern has \\p{L} and \\p{N}, "
      "the letters and digits of every script (é, 日, ٣), which needs the `regex` package",
      r"""'(?:[sdmt]|ll|ve|re)| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+"""),
@@ -291,8 +308,17 @@ def _diagnose_merge(text, special_tokens, merges, k, got_pair, expected_pair, go
         if got_pair == max(tied, key=lambda p: (by_bytes[p[0]], by_bytes[p[1]])):
             return ("a tie was broken by comparing ids: compare the pairs' bytes, (vocab[a], vocab[b]), "
                     "not their ids")
-        return ("a tie was broken by which pair came first (max returns the first of equal counts): compare "
-                "the pairs' bytes, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])")
+        if got_pair == max(tied, key=lambda p: p[0] + p[1]):
+            return (f"a tie was broken by comparing the two tokens joined, vocab[a] + vocab[b] "
+                    f"({got_pair[0] + got_pair[1]!r} against {expected_pair[0] + expected_pair[1]!r}); the rule "
+                    f"compares them as a pair, (vocab[a], vocab[b]), the first tokens first: {expected_pair!r} wins "
+                    f"because {expected_pair[0]!r} > {got_pair[0]!r}")
+        tie = (f"{got_pair!r} and {expected_pair!r} both occur {counts[got_pair]} times; the rule takes the "
+               "lexicographically greater pair compared as (bytes, bytes): "
+               "max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))")
+        if got_pair == tied[0]:
+            return "a tie was broken by which pair came first (max returns the first of equal counts): " + tie
+        return "a tie was broken another way than the rule's: " + tie
     if counts[got_pair] < counts[expected_pair]:
         if max(unweighted.values()) == unweighted.get(got_pair):
             return ("each distinct pre-token is counted once: weight its pairs by how often the pre-token occurs")
@@ -455,6 +481,8 @@ ENCODE_CASES = [
 IDS_FROM_VOCAB = ("take every id from vocab: build a bytes -> id table from vocab and start each pre-token from the "
                   "ids of its single bytes, [self.ids[bytes([b])] for b in word.encode('utf-8')]")
 
+MERGED_FROM_VOCAB = "read each merged token's id from vocab, the id of the bytes a + b (self.ids[a + b])"
+
 
 def _tokenizer_parts():
     vocab, merges = ref.train_bpe(TOKENIZER_TEXT, 480)
@@ -494,13 +522,14 @@ LAYOUTS = [
 
 
 # The mistakes, simulated with the reference's tables, to name the one a wrong answer matches.
-def _bpe(tok, ids, ranks=None):
+def _bpe(tok, ids, ranks=None, merged=None):
     ranks = tok.ranks if ranks is None else ranks
+    merged = tok.merged if merged is None else merged
     while len(ids) >= 2:
         pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, math.inf))
         if pair not in ranks:
             break
-        ids = ref.merge_pair(ids, pair, tok.merged[pair])
+        ids = ref.merge_pair(ids, pair, merged[pair])
     return ids
 
 
@@ -579,9 +608,29 @@ def _merged_id_as_rank(tok, text):
     return _encode_by(tok, text, lambda word: _bpe(tok, [tok.byte_ids[b] for b in word.encode()], ranks))
 
 
+def _merged_id_from_rank(tok, text):
+    """A merged token's id taken to be 256 + its rank instead of read from vocab (right only where the merges come
+    right after the 256 single bytes, in the order learned)."""
+    merged = {pair: 256 + rank for pair, rank in tok.ranks.items()}
+    return _encode_by(tok, text, lambda word: _bpe(tok, [tok.byte_ids[b] for b in word.encode()], merged=merged))
+
+
+def _merged_ids_renumbered(tok, text):
+    """The right tokens, but each merged token numbered 256 + its rank."""
+    rank_of = {tok.merged[pair]: rank for pair, rank in tok.ranks.items()}
+    return [256 + rank_of[i] if i in rank_of else i for i in tok.encode(text)]
+
+
+def _specials_dropped(tok, text):
+    """regex.split on the special tokens without a capturing group: the text between them, the tokens gone."""
+    return [i for piece, special in ref.split_on_special(text, tok.special_tokens) if not special
+            for i in _encode_by(tok, piece)]
+
+
 def _encode_mistakes(tok, text):
     plain = ref.BPETokenizer(tok.vocab, tok.merges)  # no special tokens: they are split like text
     shortest = ref.BPETokenizer(tok.vocab, tok.merges, [EOT])
+    first_merged = tok.byte_to_id[b"".join(tok.merges[0])] if tok.merges else None
     mistakes = [
         ("your encoder starts from the byte values as ids (id = byte value), which holds only for the course's own "
          "layout: " + IDS_FROM_VOCAB, lambda: _byte_values(tok, text)),
@@ -602,6 +651,13 @@ def _encode_mistakes(tok, text):
          "each pre-token", lambda: _without_pretokens(tok, text)),
         ("a special token was split into ordinary tokens: split the text on the special tokens first and give "
          "each its own id", lambda: plain.encode(text)),
+        ("the special tokens are missing from the ids: regex.split drops the text its pattern matched unless the "
+         "pattern is a capturing group; put it in parentheses, '(' + '|'.join(...) + ')', so that each special "
+         "token comes back as a piece and gets its id", lambda: _specials_dropped(tok, text)),
+        (f"a merged token's id was taken to be 256 + its rank, but this vocabulary gives the token of merge 0 the "
+         f"id {first_merged}: " + MERGED_FROM_VOCAB, lambda: _merged_id_from_rank(tok, text)),
+        (f"the merged tokens got the ids 256 + rank, but this vocabulary gives the token of merge 0 the id "
+         f"{first_merged}: " + MERGED_FROM_VOCAB, lambda: _merged_ids_renumbered(tok, text)),
         ("of two overlapping special tokens the shorter was taken: try the longest first "
          "(sort the special tokens by length, longest first, in the pattern)", lambda: shortest.encode(text)),
     ]
@@ -665,6 +721,41 @@ def _expect_encode(tok, reference, text, what, hint_on_error=None):
         cause = ("the special tokens have the wrong ids: one already in vocab keeps its id, one missing from vocab "
                  "gets the next free id, in the order given")
     raise Mismatch(f"encode({text!r}) is wrong{what}", [f"expected {expected}", f"got      {got}"], cause)
+
+
+# Chunks cut anywhere: inside a word, inside a contraction ("We'l" + "l") and inside a special token.
+CHUNKS = ["the c", "at sat", ".\n\n", "  We'l", "l see", " it<|endof", "text|>and", " then" + EOT, EOT + " the end"]
+
+
+def _streamed(reference, chunks, margin=3, hold_specials=True, keep_last=False):
+    """What an encode_iterable gives that, after each chunk, encodes the pieces of its buffer that end ``margin``
+    characters or more before its end (with ``hold_specials``, before where a special token may be starting; with
+    ``keep_last``, never the last piece) and keeps the rest for the next chunk."""
+    out, buffer = [], ""
+    for chunk in chunks:
+        buffer += chunk
+        limit = (reference._stable_end(buffer) + 3 if hold_specials else len(buffer)) - margin
+        pieces, done = list(reference._pieces(buffer)), 0
+        for k, (piece, special) in enumerate(pieces):
+            if done + len(piece) > limit or keep_last and k == len(pieces) - 1:
+                break
+            out += reference._ids(piece, special)
+            done += len(piece)
+        buffer = buffer[done:]
+    return out + reference.encode(buffer)
+
+
+def _chunk_mistake(reference, chunks, got):
+    """The likely cause of wrong ids from encode_iterable(chunks), or None."""
+    if got == _streamed(reference, chunks, hold_specials=False):
+        return ("a special token cut between two chunks ('<|endof' + 'text|>') was encoded as ordinary text: hold "
+                "back the end of the buffer from where a special token may be starting, until the next chunk shows "
+                "whether it is one")
+    if got == _streamed(reference, chunks, margin=0, keep_last=True):
+        return ("a pre-token near the end of the buffer was encoded before the next chunk could change it (\"We'l\" + "
+                "\"l\" is 'We' + \"'ll\", not \"'\" + 'll'): hold back every piece that ends within 3 characters of "
+                "the end of the buffer, not only the last piece")
+    return None
 
 
 class _Lines:
@@ -760,6 +851,12 @@ def BPETokenizer(cls):
                 cause = "the line ends were dropped: lines from a file keep their '\\n'; don't strip them"
             raise Mismatch("encode_iterable(lines) gives other ids than encode(''.join(lines))",
                            [f"expected {expected}", f"got      {got}"], cause)
+    with case(f"encode_iterable on chunks cut anywhere, {CHUNKS}"):
+        got = call(lambda: list(iterate(iter(CHUNKS))), what="list(encode_iterable(chunks))")
+        expected = reference.encode("".join(CHUNKS))
+        if got != expected:
+            raise Mismatch("encode_iterable(chunks) gives other ids than encode(''.join(chunks))",
+                           [f"expected {expected}", f"got      {got}"], _chunk_mistake(reference, CHUNKS, got))
     with case("encode_iterable on a file of 2,000 lines, one id taken"):
         source = _Lines(f"line {k} of the file, the cat sat on the mat.\n" for k in range(2000))
         stream = call(iterate, iter(source), what="encode_iterable(lines)")

@@ -80,8 +80,9 @@ def gpt2_files(*, verbose: bool = True, offline: bool | None = None) -> GPT2File
             print(notice)
         return None
     paths = [_as_path(data_set, found) for data_set, found in loaded]
-    wheres = dict.fromkeys(found.where for _, found in loaded)
-    notice = f"GPT-2's vocabulary: encoder.json and vocab.bpe {' and '.join(wheres)}"
+    parts = [found.where.removeprefix("from ") if found.source == "file"  # "encoder.json (TUTOR_GPT2_ENCODER)"
+             else f"{data_set.filename.removeprefix('gpt2-')} {found.where}" for data_set, found in loaded]
+    notice = "GPT-2's vocabulary: " + "; ".join(parts)
     remarks = [r for _, found in loaded for r in found.remarks]
     if remarks:
         notice += " — " + "; ".join(dict.fromkeys(remarks))

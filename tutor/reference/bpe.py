@@ -414,11 +414,13 @@ class BPETokenizer:
         return ids
 
     def _stable_end(self, buffer: str) -> int:
-        """How far ``buffer`` may be encoded now, whatever text comes after it.
+        """How far ``buffer`` may be encoded now, whatever text comes after it: the pieces that end at or
+        before this index are final.
 
-        A pre-token's end can depend on up to 3 characters after it (``'ll``, and the look-ahead of
-        ``\\s+(?!\\S)``), and a special token may be only partly there yet: the text from where a
-        special token could still begin is held back.
+        A pre-token's end can depend on up to 3 characters after it (``"'l"`` + ``"l"`` is ``"'ll"``, and the
+        look-ahead of ``\\s+(?!\\S)`` needs the next character), and a special token may be only partly there
+        yet (``"<|endof"``), or be the start of a longer one: the text from 3 characters before the end, or
+        before where a special token may be starting, is held back.
         """
         limit = len(buffer)
         for p in range(max(0, len(buffer) - self._longest_special + 1), len(buffer)):
@@ -428,21 +430,26 @@ class BPETokenizer:
                 break
         return limit - 3
 
-    def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
-        """The ids of ``"".join(lines)``, one by one, holding about one line in memory.
+    def encode_iterable(self, chunks: Iterable[str]) -> Iterator[int]:
+        """The ids of ``"".join(chunks)``, one by one, holding about one chunk in memory.
 
-        Give it an open text file: ``encode_iterable(open(path, encoding="utf-8"))``.
+        The chunks may be cut anywhere: the lines of an open text file,
+        ``encode_iterable(open(path, encoding="utf-8"))``, or blocks of any size, even cut inside a word or a
+        special token. After each chunk, the pieces (pre-tokens and special tokens) that end at least 3
+        characters before the end of the buffer (or, where a special token may be starting near its end, 3
+        characters before that place) are encoded and yielded; the rest stays in the buffer for the next chunk.
+        So the ids are exactly those of ``encode``.
         """
-        if isinstance(lines, str):
-            lines = [lines]
+        if isinstance(chunks, str):
+            chunks = [chunks]
         buffer = ""
         try:
-            for line in lines:
-                if not isinstance(line, str):
-                    raise TypeError(f"encode_iterable takes lines of text (str), got {type(line).__name__}"
+            for chunk in chunks:
+                if not isinstance(chunk, str):
+                    raise TypeError(f"encode_iterable takes chunks of text (str), got {type(chunk).__name__}"
                                     + (": open the file in text mode, open(path, encoding='utf-8')"
-                                       if isinstance(line, (bytes, bytearray)) else ""))
-                buffer += line
+                                       if isinstance(chunk, (bytes, bytearray)) else ""))
+                buffer += chunk
                 stable = self._stable_end(buffer)
                 done = 0
                 for piece, special in self._pieces(buffer):
