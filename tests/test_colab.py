@@ -67,6 +67,8 @@ def test_the_colab_setup_keeps_colabs_packages(n):
     needed = {r.name.lower() for r in package_requirements()
               if r.marker is None or r.marker.evaluate(on_colab)} - COLAB_PREINSTALLED  # tomli: Python < 3.11 only
     assert needed <= extra, f"{n.filename}: the Colab branch misses {needed - extra} (a dependency in pyproject.toml)"
+    declared = {r.name.lower() for r in package_requirements()}
+    assert extra <= declared, f"{n.filename}: the Colab branch installs {extra - declared}, which the package lacks"
 
 
 def test_the_package_accepts_colabs_ipython_and_ipywidgets():
