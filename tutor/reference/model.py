@@ -64,7 +64,8 @@ class GPT(nn.Module):
                               eps=eps) for _ in range(config.n_layers)]
         )
         self.ln_f = LayerNorm(config.d_model, eps)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # tied, the head's own weight would be thrown away: on the meta device it takes no memory (154 MB for GPT-2)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False, device="meta" if tie else None)
         self.apply(self._init_weights)
         # GPT-2: the projections that write into the residual stream get a smaller std, so the
         # stream's variance does not grow with depth.
