@@ -430,21 +430,21 @@ class BPETokenizer:
                 break
         return limit - 3
 
-    def encode_iterable(self, chunks: Iterable[str]) -> Iterator[int]:
-        """The ids of ``"".join(chunks)``, one by one, holding about one chunk in memory.
+    def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
+        """The ids of ``"".join(lines)``, one by one, holding about one line in memory.
 
-        The chunks may be cut anywhere: the lines of an open text file,
-        ``encode_iterable(open(path, encoding="utf-8"))``, or blocks of any size, even cut inside a word or a
+        ``lines`` may be the lines of an open text file, ``encode_iterable(open(path, encoding="utf-8"))``, or
+        chunks of any size, even cut inside a word or a
         special token. After each chunk, the pieces (pre-tokens and special tokens) that end at least 3
         characters before the end of the buffer (or, where a special token may be starting near its end, 3
         characters before that place) are encoded and yielded; the rest stays in the buffer for the next chunk.
         So the ids are exactly those of ``encode``.
         """
-        if isinstance(chunks, str):
-            chunks = [chunks]
+        if isinstance(lines, str):
+            lines = [lines]
         buffer = ""
         try:
-            for chunk in chunks:
+            for chunk in lines:
                 if not isinstance(chunk, str):
                     raise TypeError(f"encode_iterable takes chunks of text (str), got {type(chunk).__name__}"
                                     + (": open the file in text mode, open(path, encoding='utf-8')"
