@@ -57,3 +57,27 @@ def test_no_check_module_imports_another():
     for path in sorted((ROOT / "tutor" / "checks").glob("nb*.py")):
         text = path.read_text()
         assert "from tutor.checks.nb" not in text and "import tutor.checks.nb" not in text, path.name
+
+
+def test_a_check_is_named_by_its_function_and_counts_its_cases():
+    def softmax(fn):
+        for label in ("a row", "a batch", "logits of 1000"):
+            with harness.case(label):
+                pass
+        return "{cases} cases"
+
+    quick = harness.check(softmax, timeout=5.0)
+    assert quick.exercise.name == "softmax"
+    assert str(quick(lambda x, dim=-1: x)) == "✅ softmax: passed (3 cases)"
+    assert [label for _, label in harness.CASES["softmax"]] == ["a row", "a batch", "logits of 1000"]
+    with pytest.raises(KeyError):
+        harness.check(lambda fn: None)  # "<lambda>" is no exercise
+
+
+def test_no_check_counts_its_cases_by_hand():
+    # "8 cases" written after 9 labelled inputs drifted; "{cases} cases" is counted by the harness
+    import re
+
+    for path in sorted((ROOT / "tutor" / "checks").glob("nb*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert not re.findall(r'"\d+ cases', text), f"{path.name}: write {{cases}} cases, the harness counts them"

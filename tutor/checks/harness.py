@@ -15,6 +15,7 @@ instructor can grade a notebook by running it so.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import html
 import signal
@@ -30,7 +31,7 @@ from tutor.course import catalog
 from tutor.course.progress import record
 
 # The last result of every check, by name (see ``yours_or_reference``).
-RESULTS: dict[str, "CheckResult"] = {}
+RESULTS: dict[str, CheckResult] = {}
 
 DEFAULT_TIMEOUT = 20.0  # seconds a check may run before we assume learner code hangs
 
@@ -142,7 +143,7 @@ def is_signature_error(error: BaseException) -> bool:
     return isinstance(error, TypeError) and ("positional argument" in text or "unexpected keyword argument" in text)
 
 
-def error_details(e: "LearnerError") -> list[str]:
+def error_details(e: LearnerError) -> list[str]:
     """The lines that show a learner's exception: its type and message, and where it was raised."""
     return [f"{type(e.error).__name__}: {e.error}"] + ([f"at {e.where}"] if e.where else [])
 
@@ -174,6 +175,12 @@ def _learner_frame(error: BaseException) -> str | None:
 # Running learner code safely
 
 
+# The cases a check entered, as (depth, label): what its pass message counts (tests/test_checks_registry.py)
+_CASES: contextvars.ContextVar[list | None] = contextvars.ContextVar("tutor_cases", default=None)
+_DEPTH: contextvars.ContextVar[tuple] = contextvars.ContextVar("tutor_case_depth", default=())
+CASES: dict[str, list[tuple[int, str]]] = {}  # check name -> the cases its last run entered
+
+
 @contextlib.contextmanager
 def case(label: str, hint_on_error: str | None = None):
     """Label the case being run, so that a failure says which input showed it.
@@ -181,6 +188,10 @@ def case(label: str, hint_on_error: str | None = None):
     ``hint_on_error`` is the likely cause to give when learner code raises in this case (for
     example "works without batch dimensions but not with them").
     """
+    entered = _CASES.get()
+    if entered is not None:
+        entered.append((len(_DEPTH.get()), label))
+    depth = _DEPTH.set(_DEPTH.get() + (label,))
     try:
         yield
     except (Mismatch, LearnerError) as failure:
@@ -189,6 +200,8 @@ def case(label: str, hint_on_error: str | None = None):
             if isinstance(failure, LearnerError) and hint_on_error and not is_signature_error(failure.error):
                 failure.hint = hint_on_error
         raise
+    finally:
+        _DEPTH.reset(depth)
 
 
 def call(fn, *args, what: str | None = None, **kwargs):
@@ -228,11 +241,16 @@ def _time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-def check(name: str, timeout: float = DEFAULT_TIMEOUT):
-    """Turn a check body ``body(obj) -> str | None`` into a check that never raises.
+def check(body=None, *, timeout: float = DEFAULT_TIMEOUT):
+    """Turn a check body ``body(obj) -> str | None`` into a check that never raises: ``@check`` above
+    ``def softmax(fn)`` checks the exercise of that name (``@check(timeout=240.0)`` for a slow one).
 
-    The body returns an optional short note for the success message (e.g. "6 cases").
+    The body returns an optional short note for the success message; ``{cases}`` in it becomes the number of
+    ``case(...)`` blocks the check entered ("{cases} cases, including T = 1").
     """
+    if body is None:
+        return functools.partial(check, timeout=timeout)
+    name = body.__name__
     exercise = catalog.BY_NAME[name]
 
     def decorate(body):
@@ -250,7 +268,7 @@ def check(name: str, timeout: float = DEFAULT_TIMEOUT):
         run.exercise = exercise
         return run
 
-    return decorate
+    return decorate(body)
 
 
 def _record_progress(result: CheckResult) -> None:
@@ -272,9 +290,15 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
     try:
         # Checks use tiny tensors: one thread is fastest, and immune to a busy machine.
         torch.set_num_threads(1)
-        with torch.random.fork_rng(devices=[]), _time_limit(timeout):
-            torch.default_generator.manual_seed(0)  # the CPU only: a GPU's generator is the learner's
-            note = body(obj)
+        entered = []
+        CASES[name] = entered
+        token = _CASES.set(entered)
+        try:
+            with torch.random.fork_rng(devices=[]), _time_limit(timeout):
+                torch.default_generator.manual_seed(0)  # the CPU only: a GPU's generator is the learner's
+                note = body(obj)
+        finally:
+            _CASES.reset(token)
     except NotDone:
         return CheckResult(
             name, "not done", "not done yet",
@@ -308,6 +332,8 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
         )
     finally:
         torch.set_num_threads(threads)
+    if note:
+        note = note.replace("{cases}", str(len(entered)))  # counted, not written by hand
     return CheckResult(name, "passed", "passed" + (f" ({note})" if note else ""))
 
 

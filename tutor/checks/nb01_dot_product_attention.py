@@ -1,10 +1,9 @@
 """Checks for notebook 01: dot-product attention on "laika"."""
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from tutor import reference as ref
-from tutor.checks.common import LAIKA, laika_one_hot
+from tutor.checks.common import LAIKA, TorchCalls, laika_one_hot
 from tutor.checks.compare import expect_close, expect_equal, shape_mismatch
 from tutor.checks.harness import LearnerError, Mismatch, call, case, check
 
@@ -17,7 +16,7 @@ BATCH_HINT = ("it must work with batch dimensions too: transpose only the last t
 # --- encode / decode ------------------------------------------------------------------
 
 
-@check("encode")
+@check
 def encode(fn):
     for name in ["laika", "a", "zoe", "maximilian", ""]:
         with case(repr(name)):
@@ -69,7 +68,7 @@ SPECIAL_HINT = ("' ' (index 0) and '.' (the last index) are characters of the al
                 "for letters")
 
 
-@check("decode")
+@check
 def decode(fn):
     for ids in [LAIKA, [0, 12, 1, 27], [26, 15, 5, 0], []]:
         with case(repr(ids)):
@@ -104,7 +103,7 @@ def decode(fn):
 # --- one_hot --------------------------------------------------------------------------
 
 
-@check("one_hot")
+@check
 def one_hot(fn):
     cases = [
         ("'laika', 28 classes", torch.tensor(LAIKA), 28),
@@ -132,13 +131,13 @@ def one_hot(fn):
             if not torch.equal(ids, before):
                 raise Mismatch("one_hot changed its input ids in place",
                                hint="don't modify `ids`; work on a new tensor")
-    return "3 cases"
+    return "{cases} cases"
 
 
 # --- similarity -------------------------------------------------------------------------
 
 
-@check("similarity")
+@check
 def similarity(fn):
     x = laika_one_hot()
     cases = [("one-hot 'laika' [5, 28]", x), ("random [2, 3, 6, 4]", torch.randn(2, 3, 6, 4)),
@@ -155,7 +154,7 @@ def similarity(fn):
                 ("x * x multiplies element by element; use the matrix product x @ x.transpose(-2, -1)",
                  lambda: inp * inp),
             ])
-    return "3 cases"
+    return "{cases} cases"
 
 
 # --- softmax ----------------------------------------------------------------------------
@@ -165,23 +164,11 @@ def _forbidden(name: str) -> bool:
     return "softmax" in name or "logsumexp" in name
 
 
-class _Recorder(TorchFunctionMode):
-    """Record which torch functions the learner calls."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.seen.add(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
-
-
-@check("softmax")
+@check
 def softmax(fn):
     with case("a random square matrix [4, 4], dim=-1"):
         s = torch.randn(4, 4) * 3
-        recorder = _Recorder()
+        recorder = TorchCalls()
         with recorder:
             got = call(fn, s.clone(), dim=-1, what="softmax(x, dim=-1)")
         used = sorted(n for n in recorder.seen if _forbidden(n))
@@ -215,7 +202,7 @@ def softmax(fn):
         if not torch.equal(inp, before):
             raise Mismatch("softmax changed its input in place",
                            hint="use x - x.max(...) (a new tensor), not x -= ... or x.sub_(...)")
-    return "7 cases, including logits of 1000"
+    return "{cases} cases, including logits of 1000"
 
 
 def _softmax_mistakes(x, dim):
@@ -250,7 +237,7 @@ def _softmax_bad_max(x, dim):
 # --- dot_product_attention ------------------------------------------------------------------
 
 
-@check("dot_product_attention")
+@check
 def dot_product_attention(fn):
     x = laika_one_hot()
     with case("one-hot 'laika'"):
@@ -265,7 +252,7 @@ def dot_product_attention(fn):
             inp = torch.randn(*shape)
             got = call(fn, inp.clone(), what=f"dot_product_attention(x of shape {list(shape)})")
             expect_close(got, ref.dot_product_attention(inp), "the attention output", mistakes=_attention_mistakes(inp))
-    return "3 cases; 'laika' decodes back to 'laika'"
+    return "{cases} cases; 'laika' decodes back to 'laika'"
 
 
 def _attention_mistakes(x):

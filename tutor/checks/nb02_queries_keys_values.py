@@ -27,7 +27,7 @@ def run_sdpa_case(fn, q, k, v, mask=None, what="the attention output"):
     return got
 
 
-@check("scaled_dot_product_attention")
+@check
 def scaled_dot_product_attention(fn):
     with case("no batch: q [4, 8], k [6, 8], v [6, 5]"):
         q, k, v = torch.randn(4, 8), torch.randn(6, 8), torch.randn(6, 5)
@@ -43,10 +43,10 @@ def scaled_dot_product_attention(fn):
     with case("large scores (q, k of size 30)"):
         q, k, v = torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 3)
         run_sdpa_case(fn, q, k, v)
-    return "5 cases, d_k ≠ d_v, batch dimensions"
+    return "{cases} cases, d_k ≠ d_v, batch dimensions"
 
 
-@check("AttentionHead")
+@check
 def AttentionHead(cls):
     d_model, d_head = 16, 8
     with case(f"AttentionHead({d_model}, {d_head})"):
@@ -60,7 +60,7 @@ def AttentionHead(cls):
             expected = reference(x)
             expect_close(got, expected, "the head's output", atol=1e-5, mistakes=_head_mistakes(reference, x),
                          names="B T d_head")
-    return "4 cases"
+    return "{cases} cases"
 
 
 def _head_mistakes(head, x):

@@ -117,7 +117,7 @@ class _FastMetaTriangles(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@check("causal_mask")
+@check
 def causal_mask(fn):
     for T in (5, 1, 2, 9):
         with case(f"T = {T}"):
@@ -183,7 +183,7 @@ def _padding_mistakes(ids, pad_id):
     return mistakes
 
 
-@check("padding_mask")
+@check
 def padding_mask(fn):
     names = ["laika", "bo", "anna"]
     cases = [
@@ -206,7 +206,7 @@ def padding_mask(fn):
             expect_mask(got, expected, "the padding mask", _padding_mistakes(before, 0 if pad_id is None else pad_id),
                         dtype_hint="a comparison such as ids != pad_id is already boolean: "
                                    "don't convert it with .int() or .float()")
-    return "5 cases, including pad_id=27 and T = 1"
+    return "{cases} cases, including pad_id=27 and T = 1"
 
 
 # --- masked_attention ----------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def _run_masked_case(fn, q, k, v, mask, *, keyword=False):
     return got
 
 
-@check("masked_attention")
+@check
 def masked_attention(fn):
     x = laika_one_hot()
     with case("no mask (mask=None), q [2, 3, 4, 8], k [2, 3, 6, 8], v [2, 3, 6, 5]"):
@@ -312,4 +312,4 @@ def masked_attention(fn):
     with case("large scores (q, k of size 30), causal mask"):
         q, k, v = torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 3)
         _run_masked_case(fn, q, k, v, ref.causal_mask(5))
-    return "8 cases: causal, padding, both, rectangular, T = 1, mask=None"
+    return "{cases} cases: causal, padding, both, rectangular, T = 1, mask=None"

@@ -37,7 +37,7 @@ def _split_mistakes(x, n_heads):
     ]
 
 
-@check("split_heads")
+@check
 def split_heads(fn):
     cases = [
         ("arange [1, 4, 8], 2 heads", torch.arange(32.0).reshape(1, 4, 8), 2),
@@ -56,7 +56,7 @@ def split_heads(fn):
             expected = ref.split_heads(x, n_heads)
             expect_close(got, expected, f"split_heads(x, {n_heads})", atol=0, rtol=0, names="B H T d_head",
                          mistakes=_split_mistakes(x, n_heads))
-    return "6 cases; head h gets columns h*d_head:(h+1)*d_head"
+    return "{cases} cases; head h gets columns h*d_head:(h+1)*d_head"
 
 
 def _merge_mistakes(x):
@@ -74,7 +74,7 @@ def _merge_mistakes(x):
     ]
 
 
-@check("merge_heads")
+@check
 def merge_heads(fn):
     cases = [
         ("split_heads of arange [1, 4, 8], 2 heads", ref.split_heads(torch.arange(32.0).reshape(1, 4, 8), 2)),
@@ -108,7 +108,7 @@ def merge_heads(fn):
         x = torch.randn(2, 5, 16)
         got = call(fn, ref.split_heads(x, 4), what="merge_heads(split_heads(x, 4))")
         expect_close(got, x, "merge_heads(split_heads(x, 4))", atol=0, rtol=0)
-    return "7 cases, including the round trip"
+    return "{cases} cases, including the round trip"
 
 
 # --- MultiHeadAttention ----------------------------------------------------------------------
@@ -302,7 +302,7 @@ def _pad_mask(B, T):
     return ref.padding_mask(ids)
 
 
-@check("MultiHeadAttention")
+@check
 def MultiHeadAttention(cls):
     n = 0
     configs = [

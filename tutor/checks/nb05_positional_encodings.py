@@ -69,7 +69,7 @@ def _sinusoid_mistakes(max_len, d_model):
     ]
 
 
-@check("sinusoidal_encoding")
+@check
 def sinusoidal_encoding(fn):
     cases = [
         ("max_len = 8, d_model = 6", 8, 6, 1e-4),
@@ -103,7 +103,7 @@ def sinusoidal_encoding(fn):
 # --- PositionalEmbedding --------------------------------------------------------------------
 
 
-@check("PositionalEmbedding")
+@check
 def PositionalEmbedding(cls):
     # 1. Initialisation statistics on a big table.
     with case("PositionalEmbedding(256, 64): initial values"):
@@ -313,7 +313,7 @@ def _run_rope(fn, x, positions=None, theta=None, *, atol=1e-5, rtol=1e-4):
     return got
 
 
-@check("apply_rope")
+@check
 def apply_rope(fn):
     with case("x [4, 2] = (1, 0) at positions 0..3 (one pair turning by 1 radian per position)"):
         x = torch.tensor([[1.0, 0.0]] * 4)
@@ -358,4 +358,4 @@ def apply_rope(fn):
                                hint="compute in float32 if you like, but return the input's dtype: result.to(x.dtype)")
             expect_close(got, expected, "the rotated x", atol=1e-4, rtol=rtol,
                          mistakes=_rope_mistakes(x, positions, 10000.0), hint=_rope_hint(got, x))
-    return "12 cases: absolute positions, theta, T = 1, bfloat16 and float16"
+    return "{cases} cases: absolute positions, theta, T = 1, bfloat16 and float16"

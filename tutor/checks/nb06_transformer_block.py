@@ -228,7 +228,7 @@ def _check_norm(cls, name, make_reference, mistakes_of, init):
             expect_close(got.float(), expected.float(), f"the output of {name} in bfloat16",
                          hint=HALF_HINT[name] + " (convert the weights with .float() too)",
                          **half_tolerance(torch.bfloat16))
-    return "8 cases, including eps, float16 and bfloat16"
+    return "{cases} cases, including eps, float16 and bfloat16"
 
 
 def _with_eps(module, eps):
@@ -238,12 +238,12 @@ def _with_eps(module, eps):
     return other
 
 
-@check("LayerNorm")
+@check
 def LayerNorm(cls):
     return _check_norm(cls, "LayerNorm", ref.LayerNorm, _layer_norm_mistakes, {"weight": 1.0, "bias": 0.0})
 
 
-@check("RMSNorm")
+@check
 def RMSNorm(cls):
     return _check_norm(cls, "RMSNorm", ref.RMSNorm, _rms_norm_mistakes, {"weight": 1.0})
 
@@ -311,7 +311,7 @@ FIXED_DROPOUT = ("with the default dropout=0.0 nothing may be dropped, even in t
                  "the argument, {ctor}, not a fixed rate")
 
 
-@check("MLP")
+@check
 def MLP(cls):
     d = 16
     with case("MLP(16): d_hidden defaults to 4 * d_model = 64"):
@@ -391,7 +391,7 @@ def MLP(cls):
                 raise Mismatch("the numbers dropout keeps are not scaled by 1 / (1 - p)",
                                hint="use nn.Dropout(p) (it scales the kept numbers for you) "
                                     "instead of a hand-made mask")
-    return "8 cases: d_hidden default, exact GELU, dropout after proj"
+    return "{cases} cases: d_hidden default, exact GELU, dropout after proj"
 
 
 # --- SwiGLU ----------------------------------------------------------------------------------
@@ -440,7 +440,7 @@ def _build_swiglu(cls, d_model, d_hidden):
     return m, reference
 
 
-@check("SwiGLU")
+@check
 def SwiGLU(cls):
     with case("SwiGLU(16, 24)"):
         m, reference = _build_swiglu(cls, 16, 24)
@@ -454,7 +454,7 @@ def SwiGLU(cls):
             x = torch.randn(3, 4, 12)
             got = call(m2, x.clone(), what="swiglu(x)")
             expect_close(got, reference2(x), "the SwiGLU output", mistakes=_swiglu_mistakes(reference2, x))
-    return "5 cases"
+    return "{cases} cases"
 
 
 # --- TransformerBlock ----------------------------------------------------------------------
@@ -558,7 +558,7 @@ def _block_mistakes(block, x, mask):
     return mistakes
 
 
-@check("TransformerBlock")
+@check
 def TransformerBlock(cls):
     d, h = 16, 4
     with case("TransformerBlock(16, 4)"):
@@ -652,4 +652,4 @@ def TransformerBlock(cls):
                 ("the attention has d_model // n_heads heads: pass n_heads itself, "
                  "MultiHeadAttention(d_model, n_heads, ...), not the width of a head", lambda: swapped(x)),
             ] + _block_mistakes(reference3, x, None))
-    return "8 cases, with and without a padding mask, causal, dropout in each part, 2 and 4 heads"
+    return "{cases} cases, with and without a padding mask, causal, dropout in each part, 2 and 4 heads"

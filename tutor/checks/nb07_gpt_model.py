@@ -240,7 +240,7 @@ def _expect_init(name, w, kind, std, n_layers):
                        hint="use nn.init.normal_(weight, mean=0.0, std=...) rather than uniform_")
 
 
-@check("GPT")
+@check
 def GPT(cls):
     return _check_gpt(cls)
 
@@ -514,7 +514,7 @@ def _sampling_case(fn, table, prompt, temperature, top_k, N=4000):
                    hint="sample from probs = softmax(logits[:, -1, :] / temperature, dim=-1), after the top-k filter")
 
 
-@check("generate")
+@check
 def generate(fn):
     return _check_generate(fn)
 

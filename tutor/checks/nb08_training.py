@@ -113,7 +113,7 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
     return got
 
 
-@check("lm_loss")
+@check
 def lm_loss(fn):
     torch.default_generator.manual_seed(0)
     V, ignore = 28, 27
@@ -138,7 +138,7 @@ def lm_loss(fn):
         _run_loss(fn, logits, y, ignore, "large", hint=(
             "log(softmax(x)) gives log(0) = -inf when a probability underflows: compute log-probabilities with "
             "F.log_softmax or use F.cross_entropy, which are stable"))
-    return "7 cases, padding ignored, gradients match"
+    return "{cases} cases, padding ignored, gradients match"
 
 
 # --- lr_schedule ---------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def _compare_curve(got, steps, max_lr, warmup, total, min_lr):
     raise Mismatch("wrong learning rate", details, cause)
 
 
-@check("lr_schedule")
+@check
 def lr_schedule(fn):
     settings = [
         ("max_lr=1e-3, warmup_steps=10, total_steps=100, min_lr=1e-4", 1e-3, 10, 100, 1e-4, True),
@@ -491,7 +491,7 @@ def _parameter_default(fn, name):
     return NO_DEFAULT if parameter is None else parameter.default
 
 
-@check("train_step")
+@check
 def train_step(fn):
     return _check_train_step(fn)
 
@@ -542,7 +542,8 @@ def _check_train_step(fn):
                                     "the caller decides the mode (and `fit` sets it once)")
             if not model.seen:
                 raise Mismatch("train_step never ran the model", hint="logits = model(x)")
-    return "7 cases: clipping on and off, two calls in a row, ignore_index 6, 0 and -100, a GPT with AdamW, modes kept"
+    return ("{cases} cases: clipping on and off, two calls in a row, ignore_index 6, 0 and -100, a GPT with AdamW, "
+            "modes kept")
 
 
 def ref_batch(names):
@@ -625,7 +626,7 @@ def _run_evaluate(fn, model, loader, ignore_index, max_batches, label, pass_max=
     return got
 
 
-@check("evaluate")
+@check
 def evaluate(fn):
     return _check_evaluate(fn)
 

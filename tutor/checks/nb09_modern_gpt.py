@@ -178,7 +178,7 @@ def _expect_rotated_in_cache(held, attn, x, positions, layer):
                    hint="update the cache once per call with this call's rotated keys and values")
 
 
-@check("RotaryAttention")
+@check
 def RotaryAttention(cls):
     torch.default_generator.manual_seed(0)
     with case(f"RotaryAttention({D}, {H})"):
@@ -289,7 +289,7 @@ def _update(cache, layer, k, v):
     return out
 
 
-@check("KVCache")
+@check
 def KVCache(cls):
     torch.default_generator.manual_seed(0)
     k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
@@ -452,11 +452,6 @@ def _own_part_mistakes(reference, run, only=(None,)):
             for text, part, forward in OWN_PARTS for o in (only if part is ref.RMSNorm else (None,))]
 
 
-def _module_type_hint(module, name, want, why):
-    sub = getattr(module, name, None)
-    if sub is None:
-        raise Mismatch(f"your block has no attribute `{name}`", hint=f"self.{name} = {want}")
-    return sub
 
 
 THETA = 100.0  # a theta far from the default 10000, so that a block or model that drops it is seen at once
@@ -491,7 +486,7 @@ def _block_theta(cls):
                  lambda: default_theta(x))])
 
 
-@check("ModernBlock")
+@check
 def ModernBlock(cls):
     torch.default_generator.manual_seed(0)
     label = f"ModernBlock({D}, {H}, 24)"
@@ -640,7 +635,7 @@ def _modern_structure(model, config):
         raise Mismatch(f"the SwiGLU has {w1.out_features} hidden units, expected {expected}", hint=hint)
 
 
-@check("ModernGPT")
+@check
 def ModernGPT(cls):
     torch.default_generator.manual_seed(0)
     config = ref.ModernConfig(**SMALL)
@@ -883,7 +878,7 @@ def _tokens_drawn_with_top_k_1(fn):
         return 0
 
 
-@check("generate_cached")
+@check
 def generate_cached(fn):
     config = ref.ModernConfig(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=2)
     note = None

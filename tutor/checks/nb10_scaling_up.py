@@ -138,7 +138,7 @@ def _global_rng(fn):
                        ["the global seed is ignored"], GLOBAL_RNG)
 
 
-@check("get_batch")
+@check
 def get_batch(fn):
     with case("data = arange(100), block_size 8, batch_size 4"):
         data = torch.arange(100)
@@ -250,7 +250,7 @@ def flops_cases():
     ]
 
 
-@check("flops_per_token")
+@check
 def flops_per_token(fn):
     cases = flops_cases()
     for label, N, L, d, T in cases:
@@ -447,7 +447,7 @@ def _expect_same_calls(results, world_size):
                    details, SAME_CALLS)
 
 
-@check("average_gradients", timeout=240.0)
+@check(timeout=240.0)
 def average_gradients(fn):
     for world_size in (2, 3):
         with case(f"{world_size} processes (Gloo), a small model whose gradients differ from process to process"):

@@ -179,7 +179,7 @@ def _works_without_prefix(fn, hf_name) -> bool:
         return False
 
 
-@check("course_names")
+@check
 def course_names(fn):
     cases = _names_cases()
     for hf_name in cases:
@@ -244,7 +244,7 @@ def _conv1d_hint(name, tensor):
             f"of c_attn, attn.c_proj, c_fc and mlp.c_proj needs .t()")
 
 
-@check("to_linear")
+@check
 def to_linear(fn):
     tiny_ = tiny()
     items = list(tiny_.state_dict.items())
@@ -314,7 +314,7 @@ def _split_error_hint(error, tensor) -> str:
     return "three equal pieces along the first axis: tensor.chunk(3, dim=0)"
 
 
-@check("split_qkv")
+@check
 def split_qkv(fn):
     tiny_ = tiny()
     g = torch.Generator().manual_seed(1)
@@ -478,7 +478,7 @@ def _loaded_logits(fn, state_dict, label, hint):
     return model, logits
 
 
-@check("load_gpt2")
+@check
 def load_gpt2(fn):
     tiny_ = tiny()
     with case("GPT2LMHeadModel.state_dict() of a tiny random GPT-2 ('transformer.' prefix, lm_head.weight)"):
@@ -523,4 +523,4 @@ def load_gpt2(fn):
     flipped["transformer.h.0.mlp.c_fc.weight"] = flipped["transformer.h.0.mlp.c_fc.weight"].t().contiguous()
     _refuses(fn, flipped, "with h.0.mlp.c_fc.weight stored as [96, 24] instead of [24, 96]",
              ["h.0.mlp.c_fc.weight", "blocks.0.mlp.fc.weight"], "a tensor has the wrong shape (h.0.mlp.c_fc.weight)")
-    return _note(7, "cases") + f", logits within {LOGITS_ATOL:g}"
+    return _note("{cases}", "cases") + f", logits within {LOGITS_ATOL:g}"
