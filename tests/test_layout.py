@@ -66,6 +66,23 @@ def test_no_private_names_are_imported_across_modules():
     assert not found, found
 
 
+def test_no_private_names_are_used_across_modules():
+    # `import tutor.reference as ref` then `ref._words(...)`: the same coupling as importing `_words`
+    found = []
+    for name, path in modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        ours = set()  # the names this module binds to modules of the package
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                ours |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("tutor")}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tutor"):
+                ours |= {a.asname or a.name for a in node.names}
+        found += [f"{name}:{node.lineno}: {node.value.id}.{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ours
+                  and node.attr.startswith("_") and not node.attr.startswith("__")]
+    assert not found, found
+
+
 def test_every_tutor_variable_is_declared_in_env():
     declared = set(re.findall(r'"(TUTOR_[A-Z_]+)"', (PACKAGE / "env.py").read_text(encoding="utf-8")))
     read = set()

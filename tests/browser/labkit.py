@@ -100,7 +100,7 @@ class LabServer:
         env.update(self.extra_env)
         return env
 
-    def start(self) -> "LabServer":
+    def start(self) -> LabServer:
         env = self._write_config()
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen([sys.executable, "-m", "jupyterlab"], cwd=self.root, env=env,
@@ -188,7 +188,7 @@ class Notebook:
     def __init__(self, driver, lab: LabServer, path: str):
         self.driver, self.lab, self.path = driver, lab, path
 
-    def open(self, timeout: float = 240, kernel: bool = True) -> "Notebook":
+    def open(self, timeout: float = 240, kernel: bool = True) -> Notebook:
         self.driver.get(f"{self.lab.base}/lab/tree/{self.path}?reset&token={self.lab.token}")
         self.wait(JS_PANEL + "return w.context.path;", timeout, what="the notebook to open",
                   check=lambda path: path == self.path)

@@ -82,7 +82,7 @@ def difficulties(nb, number: int) -> dict[str, int]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _solution_difficulties(number: int, solutions_dir: str | None) -> dict[str, int]:
     directory = pathlib.Path(solutions_dir) if solutions_dir else find_root() / "solutions"
     try:

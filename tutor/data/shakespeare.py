@@ -95,7 +95,7 @@ class CharVocab:
         self.itos = dict(enumerate(self.chars))
 
     @classmethod
-    def from_text(cls, text: str) -> "CharVocab":
+    def from_text(cls, text: str) -> CharVocab:
         return cls(set(text))
 
     @property

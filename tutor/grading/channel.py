@@ -89,7 +89,7 @@ class Channel:
             self.connection.settimeout(left)
             try:
                 pid, data = self._receive()
-            except socket.timeout:
+            except TimeoutError:
                 raise TimeoutError from None
             if not data:
                 return None, None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from tutor.data.sources import cache_dir
 from tutor.files import write_atomically
 
 # Peak dense bf16 tensor-core FLOP/s (no sparsity), from the vendors' data sheets.
@@ -58,9 +59,7 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def _cache_file() -> Path:
-    from tutor.data.sources import cache_dir  # the course's one cache folder (tutor.data imports tutor.train's peers)
-
-    return cache_dir() / "cpu-peak.json"
+    return cache_dir() / "cpu-peak.json"  # the course's one cache folder
 
 
 def measure_matmul_flops(device="cpu", dtype=torch.float32, size: int = MATMUL_SIZE, seconds: float = 0.25) -> float:

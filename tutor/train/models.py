@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from tutor.data import name_positions, same_name_mask
 from tutor.reference.attention import MultiHeadAttention
-from tutor.reference.characters import PAD_X, PAD_Y, vocab_size
+from tutor.reference.characters import PAD_X, PAD_Y, encode, vocab_size
 from tutor.reference.layers import LayerNorm
 from tutor.reference.model import GPT, GPTConfig, ModernConfig, ModernGPT
 
@@ -26,7 +26,7 @@ class BigramModel(nn.Module):
         V = vocab_size
         firsts, seconds = [], []
         for name in names:
-            ids = [PAD_X] + [ord(ch) - ord("a") + 1 for ch in name.lower()] + [PAD_X]
+            ids = [PAD_X] + encode(name) + [PAD_X]
             firsts += ids[:-1]
             seconds += ids[1:]
         pairs = torch.tensor(firsts, dtype=torch.long) * V + torch.tensor(seconds, dtype=torch.long)

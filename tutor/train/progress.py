@@ -11,7 +11,8 @@ from tutor.reference.model import GPT
 from tutor.train.presets import CPU_CONFIG
 
 # Seconds per step of ``CPU_CONFIG``'s model and batch size on an idle 2-core CPU (2 threads, chosen by
-# ``ThreadChooser``), evaluations included, on padded batches, as notebook 08 runs it (its live plot included).
+# ``ThreadChooser``), evaluations included, on packed batches (the preset packs several names into each row), as
+# notebook 08 runs it (its live plot included).
 CPU_SECONDS_PER_STEP = 95 / 3000  # benchmarks/train_names.py on an idle machine: 3,000 steps in 86-100 s (3 runs)
 SLOW_FACTOR = 1.5  # projected / expected time above which the progress bar says the machine is slow
 TIMING_STEPS = (15, 65)  # the steps between which the speed of the machine is measured (after ThreadChooser's first)
