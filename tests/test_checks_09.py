@@ -46,6 +46,9 @@ class LearnerRotary(nn.Module):
     def store(self, cache, layer, k, v, positions):
         return cache.update(layer, k, v)
 
+    def attend(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
     def forward(self, x, positions=None, cache=None, layer=0):
         B, T, C = x.shape
         positions = self.positions_for(T, positions, cache, x.device)
@@ -53,8 +56,7 @@ class LearnerRotary(nn.Module):
         q, k, v = self.rotate(q, k, v, positions)
         if cache is not None:
             k, v = self.store(cache, layer, k, v, positions)
-        m = self.mask(T, k.shape[-2], cache)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        y = self.attend(q, k, v, self.mask(T, k.shape[-2], cache))
         return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -172,15 +174,8 @@ def test_causal_mask_without_offset_for_a_cached_query():
 
 def test_is_causal_with_a_cache():
     class IsCausal(LearnerRotary):
-        def forward(self, x, positions=None, cache=None, layer=0):
-            B, T, C = x.shape
-            positions = self.positions_for(T, positions, cache, x.device)
-            q, k, v = self.split(self.q_proj(x)), self.split(self.k_proj(x)), self.split(self.v_proj(x))
-            q, k, v = self.rotate(q, k, v, positions)
-            if cache is not None:
-                k, v = cache.update(layer, k, v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # aligned top-left: wrong when S > T
-            return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+        def attend(self, q, k, v, mask):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # aligned top-left: wrong when S > T
 
     rejects(checks.RotaryAttention, IsCausal, "is_causal=True", "aligns it top-left", "diagonal=S - T")
 
@@ -240,16 +235,9 @@ def test_theta_is_ignored():
 
 def test_scaled_by_d_model():
     class ByDModel(LearnerRotary):
-        def forward(self, x, positions=None, cache=None, layer=0):
-            B, T, C = x.shape
-            positions = self.positions_for(T, positions, cache, x.device)
-            q, k, v = self.split(self.q_proj(x)), self.split(self.k_proj(x)), self.split(self.v_proj(x))
-            q, k, v = self.rotate(q, k, v, positions)
-            if cache is not None:
-                k, v = cache.update(layer, k, v)
-            mask = self.mask(T, k.shape[-2], cache)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(C))
-            return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+        def attend(self, q, k, v, mask):
+            d_model = q.shape[1] * q.shape[-1]
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(d_model))
 
     rejects(checks.RotaryAttention, ByDModel, "sqrt(d_head)")
 
