@@ -166,6 +166,9 @@ def start_browser(browser: str, driver: str, profile: Path, log: Path):
     # WARNING level: chromedriver would otherwise log every command, the page URL (and its token) included
     service = Service(executable_path=driver, log_output=str(log), service_args=["--log-level=WARNING"])
     chrome = webdriver.Chrome(service=service, options=options)
+    # Headless Chromium (150 here) gives the page no focus: JupyterLab's shell then has no current widget, and its
+    # commands act on nothing. Focus emulation gives the page focus, as a window on a desktop has it.
+    chrome.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": True})
     chrome.set_page_load_timeout(180)
     chrome.set_script_timeout(600)
     return chrome
