@@ -559,6 +559,26 @@ def test_a_missing_notebook_is_said_once(tmp_path):
     assert "`06_transformer_block.ipynb` was not submitted." in feedback
 
 
+def test_the_tasks_nbclient_leaves_after_a_cell_are_cancelled_and_collected():
+    # A cell that times out leaves nbclient's poll running; it failed later, logged by the garbage collector
+    # inside another ast call ('AST constructor recursion depth mismatch', seen in CI and here).
+    import asyncio
+
+    from jupyter_core.utils import ensure_event_loop
+
+    from tutor.grading import runner
+
+    loop = ensure_event_loop()
+
+    async def poll():
+        await asyncio.sleep(1)
+        raise AssertionError("self.kc is None")  # what nbclient's poll raises once the client is gone
+
+    left = loop.create_task(poll())
+    runner._settle_tasks()
+    assert left.cancelled() and not [t for t in asyncio.all_tasks(loop) if not t.done()]
+
+
 def test_a_kernel_that_does_not_start_is_started_again_and_then_said(tmp_path, monkeypatch):
     # Kernels started side by side can lose a TCP port to each other ('Kernel died before replying to
     # kernel_info', seen once in CI): a kernel that does not start is the machine's fault, not the learner's.

@@ -175,10 +175,9 @@ def _learner_frame(error: BaseException) -> str | None:
 # Running learner code safely
 
 
-# The cases a check entered, as (depth, label): what its pass message counts (tests/test_checks_registry.py)
+# The labels of the cases a check entered: what its pass message counts (tests/test_checks_registry.py)
 _CASES: contextvars.ContextVar[list | None] = contextvars.ContextVar("tutor_cases", default=None)
-_DEPTH: contextvars.ContextVar[tuple] = contextvars.ContextVar("tutor_case_depth", default=())
-CASES: dict[str, list[tuple[int, str]]] = {}  # check name -> the cases its last run entered
+CASES: dict[str, list[str]] = {}  # check name -> the cases its last run entered
 
 
 @contextlib.contextmanager
@@ -190,8 +189,7 @@ def case(label: str, hint_on_error: str | None = None):
     """
     entered = _CASES.get()
     if entered is not None:
-        entered.append((len(_DEPTH.get()), label))
-    depth = _DEPTH.set(_DEPTH.get() + (label,))
+        entered.append(label)
     try:
         yield
     except (Mismatch, LearnerError) as failure:
@@ -200,8 +198,6 @@ def case(label: str, hint_on_error: str | None = None):
             if isinstance(failure, LearnerError) and hint_on_error and not is_signature_error(failure.error):
                 failure.hint = hint_on_error
         raise
-    finally:
-        _DEPTH.reset(depth)
 
 
 def call(fn, *args, what: str | None = None, **kwargs):
