@@ -114,7 +114,7 @@ def sweep(text):
                 (bpes[512], 32, 16, 3e-3), (bpes[1024], 32, 16, 3e-3), (bpes[2048], 32, 16, 3e-3),
                 (bpes[1024], 64, 16, 3e-3), (bpes[1024], 32, 16, 1e-2)]
     for tok, block, batch, lr in settings:
-        config = bpe_vs_chars.RunConfig(block_size=block, batch_size=batch, max_lr=lr, min_lr=lr / 10)
+        config = bpe_vs_chars.PayoffConfig(block_size=block, batch_size=batch, max_lr=lr, min_lr=lr / 10)
         run = bpe_vs_chars.train(tok, config, bpe_vs_chars.PAYOFF_FLOPS / 4, progress=False)
         print(f"   {tok.name:<12} {block:>5} {batch:>5} {lr:>7.0e} {run.steps:>6} {run.seconds:6.0f} {run.final:9.3f}")
 

@@ -233,8 +233,7 @@ def course_run(config, text_data, seconds, batches, seed=0) -> dict:
     config = replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 10),
                      eval_every=max(steps // 4, 1))
     # as nanoGPT's run, the planned schedule runs to its end (not cut at the budget): both walls are printed
-    run = long_run.train(config, text_data=text_data, device=torch.device("cpu"), progress=False,
-                         log=lambda *a, **k: None)
+    run = long_run.train(config, text_data=text_data, device=torch.device("cpu"), progress=False)
     wall = time.perf_counter() - start
     val = tr.evaluate(run.model, batches, long_run.IGNORE_NONE)
     return {"val": val, "tps": run.history.tokens / max(wall, 1e-9), "wall": wall, "steps": run.step,

@@ -39,3 +39,16 @@ def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     assert goal.endswith("NOT met (a --quick or --steps run: not the preset)")  # 12 steps never meet it
     assert "padded / sortish" in out and "padded / packed" in out and "whole runs: sortish" in out
     assert "F.scaled_dot_product_attention + F.layer_norm" in out
+
+
+def test_the_old_presets_the_benchmark_compares_against_are_kept_there():
+    module = load_benchmark()
+    old = module.OLD_CPU_CONFIG
+    assert (old.d_model, old.n_layers, old.n_heads, old.batch_size, old.steps, old.max_lr, old.cpu_threads) == \
+        (64, 4, 4, 128, 2200, 8e-3, 1)
+    padded = module.PADDED_CPU_CONFIG
+    assert (padded.n_layers, padded.batch_size, padded.steps, padded.packed, padded.optimizer) == \
+        (2, 128, 5800, False, "adamw")
+    from tutor import train
+
+    assert not hasattr(train, "OLD_CPU_CONFIG") and not hasattr(train, "PADDED_CPU_CONFIG")  # not the course's

@@ -4,7 +4,9 @@
 - no module is over ~500 lines, except the per-notebook check tables (``tutor/checks/nbNN_*.py``);
 - no module imports another package's private names (``from tutor.x import _y``);
 - every ``TUTOR_*`` variable the package reads is declared in ``tutor/env.py``;
-- importing each module alone, in a fresh interpreter, works (no import cycle) and warns about nothing.
+- importing each module alone, in a fresh interpreter, works (no import cycle) and warns about nothing;
+- every preset of a run (a module-level ``TrainConfig``) is defined in ``tutor/train/presets.py``;
+- the training engine keeps a small surface: what a longer run plugs into ``fit`` goes into ``Hooks``.
 """
 
 import ast
@@ -110,3 +112,29 @@ def test_every_module_imports_alone_without_a_warning():
 def test_the_deprecated_paths_are_thin(old):
     path = PACKAGE / (old.split(".", 1)[1] + ".py")
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 15, f"{old} must only warn and re-export"
+
+
+CONFIG_CLASSES = {"TrainConfig", "ScaleConfig", "PayoffConfig"}
+
+
+def test_every_preset_is_defined_in_the_presets_module():
+    found = []
+    for name, path in modules():
+        if name == "tutor.train.presets":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:  # module level only
+            calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)] if isinstance(node, ast.Assign) else []
+            found += [f"{name}:{node.lineno}" for call in calls
+                      if getattr(call.func, "id", getattr(call.func, "attr", None)) in CONFIG_CLASSES]
+    assert not found, f"define presets in tutor/train/presets.py (a run's module may name them): {found}"
+
+
+def test_the_engine_keeps_a_small_surface():
+    import inspect
+
+    from tutor.train import Hooks, fit, long_run
+
+    # rasbt's train_model_simple takes 10; a hook of a longer run is a field of Hooks, not one more argument
+    assert len(inspect.signature(fit).parameters) <= 11, "put what a longer run adds into tutor.train.Hooks"
+    assert len(inspect.signature(long_run.train).parameters) <= 12
+    assert {"callback", "metrics", "runner", "optimizer"} <= set(inspect.signature(Hooks).parameters)

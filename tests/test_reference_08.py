@@ -378,12 +378,6 @@ def test_viz_figures_draw(monkeypatch):
 # --- the presets and the time a run takes ----------------------------------------------------------
 
 
-def test_old_cpu_preset_is_kept_by_name():
-    old = tr.OLD_CPU_CONFIG
-    assert (old.d_model, old.n_layers, old.n_heads, old.batch_size, old.steps, old.max_lr, old.cpu_threads) == \
-        (64, 4, 4, 128, 2200, 8e-3, 1)
-
-
 def test_expected_seconds_only_for_the_calibrated_cpu_preset():
     cpu = tr.config_for("cpu")
     assert tr.expected_seconds(cpu, "cpu") == pytest.approx(cpu.steps * tr.CPU_SECONDS_PER_STEP)

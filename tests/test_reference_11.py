@@ -280,7 +280,7 @@ def test_payoff_tokenizations_and_budget():
     assert chars.val_bytes == len(val_text.encode("utf-8"))
     tokens = payoff.bpe(train_text, val_text, 300)
     assert tokens.decode(tokens.val.tolist()) == val_text and tokens.bytes_per_token > 1.5
-    config = payoff.RunConfig(block_size=8, batch_size=2)
+    config = payoff.PayoffConfig(block_size=8, batch_size=2)
     assert payoff.steps_for(10 * 1000 * 2 * 8, 1000, config) == 10
     model = payoff.make_model(tokens, config)
     assert model.head.out_features == 300 and model.config.max_len == 8

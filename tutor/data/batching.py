@@ -90,7 +90,7 @@ class SortishBatchSampler(Sampler):
     less padding (names of 128: 41% padding unsorted, 18% with pools of 4, 2% with pools of 50)
     but makes each batch a less varied sample: after 1,500 steps of the 4-layer GPT the validation
     loss (excluding the first letter) was 1.930 unsorted, 1.975 with pools of 4 and 1.999 with pools
-    of 50; after 5,000 steps of the 2-layer GPT with AdamW (``tutor.train.PADDED_CPU_CONFIG``), 1.838
+    of 50; after 5,000 steps of the 2-layer GPT with AdamW (``PADDED_CPU_CONFIG`` in benchmarks/train_names.py), 1.838
     unsorted and 1.861 with pools of 4. Packed batches (``make_packed_loader``) remove more padding at no such cost.
 
     ``lengths[i]`` is the length of item ``i`` (any unit: only the order matters). The last

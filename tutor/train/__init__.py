@@ -3,19 +3,19 @@ one job per module.
 
 | module | what is in it |
 |---|---|
-| ``config`` | ``TrainConfig``: model size and optimisation settings of a run |
-| ``presets`` | ``CPU_CONFIG``, ``GPU_CONFIG`` (and older CPU presets, for benchmarks), ``config_for(device)`` |
+| ``config`` | ``TrainConfig``: model size and optimisation settings of a run; ``ScaleConfig``, ``PayoffConfig`` |
+| ``presets`` | every preset: ``CPU_CONFIG``, ``GPU_CONFIG``, ``config_for``; ``SHAKESPEARE_PRESETS``; ``CHAR_CONFIG`` |
 | ``models`` | ``BigramModel`` (baseline), ``make_model``, ``use_fused_kernels``, ``PackedNames``, ``AutocastBF16`` |
 | ``optim`` | ``make_optimizer``: AdamW, or ``MuonAdamW`` for the ``block_matrices`` |
-| ``loop`` | ``fit``, the ``History`` it records, ``accumulate_step`` (gradient accumulation, DDP) |
+| ``loop`` | ``fit``, ``Hooks`` (what a longer run plugs in), ``History``, ``accumulate_step`` (accumulation, DDP) |
 | ``validation`` | ``position_losses``, ``val_losses``, ``losses_from_positions``: the loss by position |
-| ``progress`` | the progress bar, ``expected_seconds``, ``format_duration``, ``time_report`` (is this machine slow?) |
+| ``progress_bar`` | the bar, ``expected_seconds``, ``format_duration``, ``time_report`` (is this machine slow?) |
 | ``threads`` | ``cpu_cores``, ``ThreadChooser`` (``cpu_threads="auto"``) |
 | ``checkpoint`` | ``save_checkpoint``/``load_checkpoint``; ``save_training_state``/``load_training_state`` (resume) |
 | ``streams`` | ``RandomWindows``, ``fixed_batches``: batches of windows of a long text (notebook 10) |
 | ``metrics`` | ``peak_flops`` (measured on a CPU), ``cpu_peak_flops``, ``cpu_has_fast_bf16``, ``mfu`` |
 | ``sampling`` | ``sample_names``, ``seeded`` |
-| ``long_run`` | notebook 10's run on a long text: ``ScaleConfig``, ``PRESETS``, ``train``, ``data_parallel_step`` |
+| ``long_run`` | notebook 10's run on a long text: ``train``, ``data_parallel_step``, its ``PRESETS`` |
 | ``bpe_vs_chars`` | notebook 11's payoff: characters against BPE tokens at the same compute |
 
 The four things a learner writes in notebook 08 (``lm_loss``, ``lr_schedule``, ``train_step``, ``evaluate``)
@@ -36,8 +36,8 @@ from tutor.train.checkpoint import (
     save_training_state,
     set_rng_states,
 )
-from tutor.train.config import TrainConfig
-from tutor.train.loop import History, accumulate_step, fit
+from tutor.train.config import PayoffConfig, ScaleConfig, TrainConfig
+from tutor.train.loop import History, Hooks, accumulate_step, fit
 from tutor.train.metrics import (
     PEAK_TFLOPS,
     cpu_has_fast_bf16,
@@ -56,8 +56,8 @@ from tutor.train.models import (
     use_fused_kernels,
 )
 from tutor.train.optim import MuonAdamW, block_matrices, make_optimizer
-from tutor.train.presets import CPU_CONFIG, GPU_CONFIG, OLD_CPU_CONFIG, PADDED_CPU_CONFIG, config_for
-from tutor.train.progress import (
+from tutor.train.presets import CPU_CONFIG, GPU_CONFIG, config_for
+from tutor.train.progress_bar import (
     CPU_SECONDS_PER_STEP,
     SLOW_FACTOR,
     TIMING_STEPS,
@@ -73,14 +73,14 @@ from tutor.train.validation import losses_from_positions, position_losses, val_l
 
 __all__ = [
     # config, presets
-    "TrainConfig", "CPU_CONFIG", "PADDED_CPU_CONFIG", "OLD_CPU_CONFIG", "GPU_CONFIG", "config_for",
+    "TrainConfig", "ScaleConfig", "PayoffConfig", "CPU_CONFIG", "GPU_CONFIG", "config_for",
     # models
     "BigramModel", "model_class", "make_model", "use_fused_attention", "use_fused_kernels", "PackedNames",
     "AutocastBF16",
     # optim
     "MuonAdamW", "block_matrices", "make_optimizer",
     # loop
-    "History", "fit", "accumulate_step",
+    "History", "Hooks", "fit", "accumulate_step",
     # validation
     "position_losses", "val_losses", "losses_from_positions",
     # progress

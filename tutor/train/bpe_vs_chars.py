@@ -13,7 +13,7 @@ loop (``tutor.train.fit``); this module only adds the two tokenizations and the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -21,7 +21,8 @@ from tutor.data import CharVocab, load_shakespeare, split_text
 from tutor.reference.bpe import BPETokenizer, bits_per_byte, train_bpe
 from tutor.reference.model import GPT, GPTConfig, generate
 from tutor.reference.scaling_up import flops_per_token, get_batch
-from tutor.train.config import TrainConfig
+from tutor.train import presets
+from tutor.train.config import PayoffConfig
 from tutor.train.loop import fit
 from tutor.train.models import use_fused_kernels
 
@@ -89,28 +90,9 @@ QUICK_FLOPS = 4e10
 # --- one training run ------------------------------------------------------------------------------
 
 
-@dataclass
-class RunConfig:
-    """Model and optimisation settings of one run; the model is the same for both tokenizers."""
-
-    block_size: int = 128  # tokens of context
-    batch_size: int = 32
-    max_lr: float = 3e-3
-    min_lr: float = 3e-4
-    warmup_steps: int = 50
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    eval_points: int = 8  # evaluations along the run
-    eval_batches: int = 8
-    seed: int = 0
-
-
-# The settings of the payoff. ``sweep`` below (its table is in notebook 11) picks the block, batch and learning
-# rate; between 512, 1024 and 2048 tokens it cannot decide at the notebook's budget (seeds differ more).
-BPE_VOCAB = 1024
-CHAR_CONFIG = RunConfig(block_size=64, batch_size=16, max_lr=3e-3, min_lr=3e-4)
-BPE_CONFIG = RunConfig(block_size=32, batch_size=16, max_lr=3e-3, min_lr=3e-4)
+# The payoff's settings, defined with the other presets in ``tutor.train.presets`` (``sweep`` below chose them):
+# notebook 11 reads them here.
+BPE_VOCAB, CHAR_CONFIG, BPE_CONFIG = presets.BPE_VOCAB, presets.CHAR_CONFIG, presets.BPE_CONFIG
 
 # The tuning sweep: (BPE vocabulary, or None for characters; block; batch; max_lr), each one run of ``train``.
 SWEEP = [(None, 64, 16, 3e-3), (None, 128, 16, 3e-3), (None, 64, 16, 1e-2), (None, 64, 32, 3e-3),
@@ -120,7 +102,7 @@ SWEEP = [(None, 64, 16, 3e-3), (None, 128, 16, 3e-3), (None, 64, 16, 1e-2), (Non
 @dataclass
 class Run:
     tokenized: Tokenized
-    config: RunConfig
+    config: PayoffConfig
     model: GPT
     flops_per_token: int
     steps: int
@@ -133,7 +115,7 @@ class Run:
         return self.val_bits_per_byte[-1]
 
 
-def make_model(tokenized: Tokenized, config: RunConfig) -> GPT:
+def make_model(tokenized: Tokenized, config: PayoffConfig) -> GPT:
     """A fresh GPT for ``tokenized``'s vocabulary and ``config``'s sizes, seeded, with fused kernels."""
     torch.manual_seed(config.seed)
     gpt = GPT(GPTConfig(vocab_size=tokenized.vocab_size, max_len=config.block_size, d_model=config.d_model,
@@ -141,11 +123,11 @@ def make_model(tokenized: Tokenized, config: RunConfig) -> GPT:
     return use_fused_kernels(gpt)
 
 
-def steps_for(budget_flops: float, fpt: int, config: RunConfig) -> int:
+def steps_for(budget_flops: float, fpt: int, config: PayoffConfig) -> int:
     return max(1, int(budget_flops // (fpt * config.batch_size * config.block_size)))
 
 
-def train(tokenized: Tokenized, config: RunConfig, budget_flops: float, progress: bool = True,
+def train(tokenized: Tokenized, config: PayoffConfig, budget_flops: float, progress: bool = True,
           bits_per_byte_fn=bits_per_byte) -> Run:
     """Train a fresh GPT on ``tokenized`` for ``budget_flops`` training FLOPs with the course's ``fit``."""
     model = make_model(tokenized, config)
@@ -157,11 +139,8 @@ def train(tokenized: Tokenized, config: RunConfig, budget_flops: float, progress
     val_generator = torch.Generator().manual_seed(1234)
     val = [get_batch(tokenized.val, config.block_size, config.batch_size, val_generator)
            for _ in range(config.eval_batches)]
-    settings = TrainConfig(d_model=config.d_model, n_heads=config.n_heads, n_layers=config.n_layers,
-                           batch_size=config.batch_size, steps=steps, max_lr=config.max_lr, min_lr=config.min_lr,
-                           warmup_steps=min(config.warmup_steps, steps // 5),
-                           eval_every=max(1, steps // config.eval_points), eval_batches=config.eval_batches,
-                           seed=config.seed)
+    settings = replace(config, steps=steps, warmup_steps=min(config.warmup_steps, steps // 5),
+                       eval_every=max(1, steps // config.eval_points))
     history = fit(model, batches, val, settings, ignore_index=-100, progress=progress)
     run = Run(tokenized, config, model, fpt, steps, seconds=history.seconds)
     val_tokens = len(tokenized.val)
@@ -185,7 +164,7 @@ def sweep(train_text: str, val_text: str, budget_flops: float = NOTEBOOK_FLOPS, 
                                          else bpe(train_text, val_text, vocab_size))
         tokenized = tokenizations[vocab_size]
         for seed in seeds:
-            config = RunConfig(block_size=block, batch_size=batch, max_lr=lr, min_lr=lr / 10, seed=seed)
+            config = PayoffConfig(block_size=block, batch_size=batch, max_lr=lr, min_lr=lr / 10, seed=seed)
             run = train(tokenized, config, budget_flops, progress=False)
             results.append((setting, seed, run))
             if verbose:

@@ -1,4 +1,6 @@
-"""``TrainConfig``: the model size and optimisation settings of one training run (notebooks 08-09)."""
+"""What a training run is, as data: ``TrainConfig`` (notebooks 08-09), and the two that extend it, ``ScaleConfig``
+(notebook 10's long text) and ``PayoffConfig`` (notebook 11's characters against BPE). Their chosen values are in
+``presets``."""
 
 from dataclasses import dataclass
 
@@ -43,3 +45,42 @@ class TrainConfig:
         optimizer = "Muon + AdamW" if self.optimizer == "muon" else "AdamW"
         return (f"d_model={self.d_model}, {self.n_layers} layers, {self.n_heads} heads, batch {self.batch_size}"
                 f"{packed}, {self.steps} steps, {optimizer}, lr {self.max_lr:g} → {self.min_lr:g}")
+
+
+@dataclass
+class ScaleConfig(TrainConfig):
+    """Notebook 10's run on a long text (``long_run``, ``python -m tutor.scale``): ``TrainConfig`` plus what it
+    needs."""
+
+    block_size: int = 128  # characters of context (the model's max_len)
+    vocab_size: int = 65  # set from the text's vocabulary
+    grad_accum: int = 1  # micro-batches per step: the batch of a step is grad_accum x batch_size per process
+    model: str = "gpt"  # the model class: "gpt", "modern" (notebook 09's ModernGPT) or "module:Class"
+    checkpoint_every: int = 0  # steps between checkpoints (0: only at the end and on Ctrl-C)
+    eval_batch_size: int = 0  # 0: batch_size
+
+    def model_config(self) -> GPTConfig:
+        return GPTConfig(vocab_size=self.vocab_size, max_len=self.block_size, d_model=self.d_model,
+                         n_heads=self.n_heads, n_layers=self.n_layers, dropout=self.dropout)
+
+    def describe(self) -> str:
+        accum = f" x {self.grad_accum} accumulated" if self.grad_accum > 1 else ""
+        return (f"{self.model} d_model={self.d_model}, {self.n_layers} layers, {self.n_heads} heads, "
+                f"context {self.block_size}, batch {self.batch_size}{accum}, {self.steps} steps, "
+                f"lr {self.max_lr:g} → {self.min_lr:g}")
+
+
+@dataclass
+class PayoffConfig(TrainConfig):
+    """Notebook 11's payoff (``bpe_vs_chars``): ``TrainConfig`` with the comparison's sizes and what a run on tokens
+    needs; the model is the same for both tokenizers. ``bpe_vs_chars.train`` sets the steps (from the FLOP budget) and
+    the evaluations."""
+
+    block_size: int = 128  # tokens of context
+    batch_size: int = 32
+    max_lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 50
+    d_model: int = 128
+    eval_points: int = 8  # evaluations along the run
+    eval_batches: int = 8

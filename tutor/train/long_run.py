@@ -21,12 +21,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tutor.data import shakespeare_data
 from tutor.distributed import Dist, NoProcessGroup, all_gather, any_rank, run_in_group
-from tutor.reference.model import GPTConfig, generate
+from tutor.reference.model import generate
 from tutor.reference.scaling_up import flops_per_token
 from tutor.reference.training import lm_loss
+from tutor.train import presets
 from tutor.train.checkpoint import load_training_state, rng_states, save_training_state, set_rng_states
-from tutor.train.config import TrainConfig
-from tutor.train.loop import History, accumulate_step, fit
+from tutor.train.config import ScaleConfig
+from tutor.train.loop import History, Hooks, accumulate_step, fit
 from tutor.train.metrics import peak_flops
 from tutor.train.models import make_model
 from tutor.train.optim import make_optimizer
@@ -34,58 +35,12 @@ from tutor.train.sampling import seeded
 from tutor.train.streams import RandomWindows, fixed_batches
 from tutor.train.threads import cpu_cores
 
-
-@dataclass
-class ScaleConfig(TrainConfig):
-    """``TrainConfig`` plus what a run on a long text needs."""
-
-    block_size: int = 128  # characters of context (the model's max_len)
-    vocab_size: int = 65  # set from the text's vocabulary
-    grad_accum: int = 1  # micro-batches per step: the batch of a step is grad_accum x batch_size per process
-    model: str = "gpt"  # the model class: "gpt", "modern" (notebook 09's ModernGPT) or "module:Class"
-    checkpoint_every: int = 0  # steps between checkpoints (0: only at the end and on Ctrl-C)
-    eval_batch_size: int = 0  # 0: batch_size
-
-    def model_config(self) -> GPTConfig:
-        return GPTConfig(vocab_size=self.vocab_size, max_len=self.block_size, d_model=self.d_model,
-                         n_heads=self.n_heads, n_layers=self.n_layers, dropout=self.dropout)
-
-    def describe(self) -> str:
-        accum = f" x {self.grad_accum} accumulated" if self.grad_accum > 1 else ""
-        return (f"{self.model} d_model={self.d_model}, {self.n_layers} layers, {self.n_heads} heads, "
-                f"context {self.block_size}, batch {self.batch_size}{accum}, {self.steps} steps, "
-                f"lr {self.max_lr:g} → {self.min_lr:g}")
-
-
-# The CPU preset is sized for about 3 minutes on a 2-core laptop: notebook 07's GPT (4 layers, d_model 128, 64
-# characters of context), batches of 16 windows, trained by Muon + AdamW (as notebook 08's preset), on the threads
-# that are fastest while it trains ("auto", as notebook 08). benchmarks/train_shakespeare.py --vs-nanogpt measures it
-# against nanoGPT's README CPU recipe at equal wall time, and its docstring has what each lever bought (bf16 autocast
-# and torch.compile did not pay on a CPU). The GPU preset is nanoGPT's shakespeare-char recipe (val ≈ 1.47), with
-# bf16 autocast and torch.compile.
-PRESETS = {
-    "cpu": ScaleConfig(d_model=128, n_heads=4, n_layers=4, dropout=0.0, block_size=64, batch_size=16,
-                       steps=2400, max_lr=5e-3, min_lr=5e-4, warmup_steps=100, eval_every=300,
-                       eval_batches=16, cpu_threads="auto", optimizer="muon"),
-    "gpu": ScaleConfig(d_model=384, n_heads=6, n_layers=6, dropout=0.2, block_size=256, batch_size=64,
-                       steps=5000, max_lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_every=250,
-                       eval_batches=20, bf16=True, compile=True, checkpoint_every=1000),
-    # for tests and smoke runs: a few seconds
-    "tiny": ScaleConfig(d_model=32, n_heads=2, n_layers=2, dropout=0.1, block_size=16, batch_size=8,
-                        steps=20, max_lr=3e-3, min_lr=3e-4, warmup_steps=4, eval_every=10, eval_batches=2,
-                        cpu_threads=1),
-}
+# This run's presets, defined with the others in ``tutor.train.presets``: notebook 10 and ``python -m tutor.scale``
+# read them here.
+PRESETS = presets.SHAKESPEARE_PRESETS
+preset = presets.shakespeare_preset
 
 IGNORE_NONE = -100  # every target of a text window is real: nothing to ignore
-
-
-def preset(name: str, device=None) -> ScaleConfig:
-    """A copy of preset ``name``; on a device that is not CUDA, bf16 and compile are switched off (on a CPU
-    neither paid for this model: benchmarks/train_shakespeare.py; ``--bf16``/``--compile`` switch them on)."""
-    config = replace(PRESETS[name])
-    if device is not None and torch.device(device).type != "cuda":
-        config = replace(config, bf16=False, compile=False)
-    return config
 
 
 def n_params(model) -> int:
@@ -163,15 +118,15 @@ def checkpoint_state(model, optimizer, config, step, history, streams, rngs, voc
 
 
 def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, resume=None, progress=True,
-          plot=None, seconds=None, stop_after=None, peak_tflops=None, step_fn=None, eval_fn=None, lr_fn=None,
-          get_batch_fn=None, dist_info: Dist | None = None, log=print, handle_ctrl_c=False) -> RunResult:
-    """Train ``config`` on ``text_data`` (a ``tutor.data.ShakespeareData``; loaded if None).
+          plot=None, seconds=None, stop_after=None, peak_tflops=None, dist_info: Dist | None = None,
+          handle_ctrl_c=False) -> RunResult:
+    """Train ``config`` on ``text_data`` (a ``tutor.data.ShakespeareData``; loaded if None) with ``fit``.
 
     ``resume`` is a checkpoint to continue from; ``out_dir`` gets ``last.pt`` (every
     ``config.checkpoint_every`` steps, at the end, and when stopped early). ``seconds`` is a time
     budget and ``stop_after`` a number of steps after which to stop (and save) without changing the
-    learning-rate schedule. ``step_fn``, ``eval_fn``, ``lr_fn`` and ``get_batch_fn`` are the
-    learner's own functions, when given.
+    learning-rate schedule. ``peak_tflops`` overrides the peak that MFU is measured against;
+    ``dist_info`` is the process group of ``torchrun``; ``handle_ctrl_c`` lets Ctrl-C and SIGTERM save and stop.
     """
     d = dist_info or Dist()
     device = torch.device(device) if device is not None else torch.device("cpu")
@@ -189,7 +144,7 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
     model = make_model(config, device)
     optimizer = make_optimizer(model, config)
     stream = RandomWindows(text_data.train, config.block_size, config.batch_size, seed=config.seed, rank=d.rank,
-                           accum_steps=config.grad_accum, get_batch_fn=get_batch_fn, device=device)
+                           accum_steps=config.grad_accum, device=device)
     val_batches = fixed_batches(text_data.val, config.block_size, config.eval_batch_size or config.batch_size,
                                 config.eval_batches)
     history, start = History(), 0
@@ -255,10 +210,10 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
         return False
 
     try:
-        history = fit(model, stream, val_batches, config, step_fn=step_fn or accumulate_step,
-                      eval_fn=eval_fn, lr_fn=lr_fn, ignore_index=IGNORE_NONE, optimizer=optimizer,
-                      progress=progress and d.main, plot=plot if d.main else None, start_step=start,
-                      history=history, callback=callback, metrics=metrics, runner=runner)
+        history = fit(model, stream, val_batches, config, step_fn=accumulate_step, ignore_index=IGNORE_NONE,
+                      progress=progress and d.main, plot=plot if d.main else None,
+                      hooks=Hooks(optimizer=optimizer, runner=runner, start_step=start, history=history,
+                                  callback=callback, metrics=metrics))
     finally:
         flag.uninstall()
         torch.set_num_threads(threads_before)

@@ -7,6 +7,8 @@ learner's own.
 """
 
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -17,7 +19,7 @@ from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step
 from tutor.train.config import TrainConfig
 from tutor.train.models import AutocastBF16, PackedNames
 from tutor.train.optim import make_optimizer
-from tutor.train.progress import (
+from tutor.train.progress_bar import (
     TIMING_STEPS,
     PlainProgress,
     expected_seconds,
@@ -47,44 +49,157 @@ class History:
         return self.tokens / max(self.seconds, 1e-9)
 
 
+@dataclass
+class Hooks:
+    """What a longer run (``long_run.train``: notebook 10, ``python -m tutor.scale``) plugs into ``fit``.
+
+    - ``optimizer``: made by ``make_optimizer`` when None; a resumed run passes the one it restored.
+    - ``runner``: what the step and the evaluation call instead of the model (a ``DistributedDataParallel``
+      wrapper); bf16 autocast and compile wrap it.
+    - ``start_step`` and ``history``: where a run restored from a checkpoint continues.
+    - ``callback(step, history)``: runs after every step; returning True stops the run there (checkpoints,
+      Ctrl-C, a time budget).
+    - ``metrics(history)``: extra fields for the progress bar (tokens/s, MFU).
+    """
+
+    optimizer: torch.optim.Optimizer | None = None
+    runner: torch.nn.Module | None = None
+    start_step: int = 0
+    history: History | None = None
+    callback: Callable[[int, History], bool] | None = None
+    metrics: Callable[[History], dict] | None = None
+
+
 def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, eval_fn=None, lr_fn=None,
-        ignore_index=PAD_Y, optimizer=None, progress=True, plot=None, start_step=0, history=None,
-        callback=None, metrics=None, runner=None):
+        ignore_index=PAD_Y, progress=True, plot=None, hooks: Hooks | None = None) -> History:
     """Train ``model`` for ``config.steps`` steps and return a ``History``.
 
     ``step_fn``, ``eval_fn`` and ``lr_fn`` default to ``train_step``, ``evaluate`` and
     ``lr_schedule``; the notebook passes the learner's own. ``plot`` (optional) has an
     ``update(history)`` method called after every evaluation (see ``tutor.viz.training.LivePlot``).
     ``config.bf16`` and ``config.compile`` act on CUDA and on a CPU (the presets switch them on where they pay).
-    With ``config.packed`` (batches from
-    ``tutor.data.make_packed_loader``), the step and the evaluation get the model wrapped in ``PackedNames``.
+    With ``config.packed`` (batches from ``tutor.data.make_packed_loader``), the step and the evaluation get
+    the model wrapped in ``PackedNames``.
 
-    For longer runs (notebook 10, ``python -m tutor.scale``):
-
-    - ``train_loader`` may be an iterator of batches (anything with ``__next__``, e.g.
-      ``RandomWindows``) instead of a DataLoader; a batch may be a list of ``(x, y)`` micro-batches
-      for gradient accumulation, with a ``step_fn`` that takes such lists (``accumulate_step``).
-    - ``start_step`` and ``history`` continue a run restored from a checkpoint.
-    - ``callback(step, history)`` runs after every step; returning True stops the run there
-      (checkpoints, Ctrl-C).
-    - ``metrics(history)`` returns extra fields for the progress bar (tokens/s, MFU).
-    - ``runner`` is what the step and evaluation call instead of ``model`` (e.g. a
-      ``DistributedDataParallel`` wrapper); bf16 autocast and compile wrap it.
+    ``train_loader`` may also be an iterator of batches (anything with ``__next__``, e.g. ``RandomWindows``)
+    instead of a DataLoader; a batch may be a list of ``(x, y)`` micro-batches for gradient accumulation, with
+    a ``step_fn`` that takes such lists (``accumulate_step``). ``hooks`` is what a longer run adds.
     """
     step_fn = step_fn or train_step
     eval_fn = eval_fn or evaluate
     lr_fn = lr_fn or lr_schedule
+    hooks = hooks or Hooks()
     device = next(model.parameters()).device
-    optimizer = optimizer or make_optimizer(model, config)
-    runner = model if runner is None else runner
+    optimizer = hooks.optimizer or make_optimizer(model, config)
+    runner = _runner(model if hooks.runner is None else hooks.runner, config, device)
+    history = hooks.history if hooks.history is not None else History()
+    start_step, seconds_before = hooks.start_step, history.seconds
+    batches = train_loader if hasattr(train_loader, "__next__") else _batches(train_loader)
+
+    # The calibrated time is for the preset's GPT; another model (notebook 09's ModernGPT) gets no figure.
+    expected = expected_seconds(config, device) if preset_sized(model, config) else None
+    bar = progress_bar(config.steps, start_step, expected) if progress else None
+    label = None if expected is None else f"expected {format_duration(expected)}"
+    shown = bar.desc if bar is not None else None
+
+    with _cpu_threads(config, device) as chooser:
+        if chooser is not None:
+            chooser.first = start_step + 1  # step 0 warms up (first calls allocate), so it is not timed
+
+        def describe():  # the progress bar's label: "training (expected 1 min 35 s; 2 threads)"
+            parts = [label] if label else []
+            if chooser is not None and chooser.choices:
+                parts.append(f"{chooser.threads} thread" + ("s" if chooser.threads > 1 else ""))
+            return "training" + (f" ({'; '.join(parts)})" if parts else "")
+
+        model.train()
+        start = time.perf_counter()
+        timing_start = None
+        timing_evals = 0.0  # seconds of evaluation (and plotting) inside the timed steps: not training speed
+        for step in range(start_step, config.steps):
+            if step == start_step + TIMING_STEPS[0]:
+                timing_start = time.perf_counter()
+            if (bar is not None and step == start_step + TIMING_STEPS[1]
+                    and config.steps - start_step >= 2 * TIMING_STEPS[1]):
+                label, warning = time_report(config.steps - start_step, TIMING_STEPS[1] - TIMING_STEPS[0],
+                                             time.perf_counter() - timing_start - timing_evals, expected)
+                if warning:
+                    bar.write(warning)  # once; tqdm prints it above the bar (on stdout)
+            lr = lr_fn(step, config.max_lr, config.warmup_steps, config.steps, config.min_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = next(batches)
+            if chooser is not None:
+                chooser.before_step(step)
+                step_start = time.perf_counter()
+            loss = step_fn(runner, batch, optimizer, ignore_index, clip=config.clip)
+            if chooser is not None:
+                chooser.after_step(step, time.perf_counter() - step_start)
+                history.cpu_threads = chooser.threads
+            if bar is not None and describe() != shown:
+                shown = describe()
+                bar.set_description(shown, refresh=False)
+            history.steps.append(step)
+            history.train_loss.append(float(loss))
+            history.lr.append(lr)
+            history.tokens += _count_tokens([y for _, y in batch] if _is_micro_batches(batch) else batch[1],
+                                            ignore_index)
+            last = step == config.steps - 1
+            if (step + 1) % config.eval_every == 0 or last:
+                timed = timing_start is not None and step < start_step + TIMING_STEPS[1]
+                eval_start = time.perf_counter() if timed else 0.0
+                val = eval_fn(runner, val_loader, ignore_index, max_batches=config.eval_batches)
+                history.val_steps.append(step)
+                history.val_loss.append(float(val))
+                if plot is not None:
+                    plot.update(history)
+                if timed:
+                    timing_evals += time.perf_counter() - eval_start
+            if bar is not None:
+                plain_line_next = isinstance(bar, PlainProgress) and (bar.n + 1) % bar.every == 0
+                if not plain_line_next:
+                    bar.update(1)
+                if step % 25 == 0 or last or plain_line_next:
+                    postfix = {"loss": f"{float(loss):.3f}", "lr": f"{lr:.2e}"}
+                    if history.val_loss:
+                        postfix["val"] = f"{history.val_loss[-1]:.3f}"
+                    if hooks.metrics is not None:
+                        history.seconds = seconds_before + time.perf_counter() - start
+                        postfix.update(hooks.metrics(history))
+                    bar.set_postfix(postfix, refresh=False)
+                if plain_line_next:
+                    bar.update(1)
+            if hooks.callback is not None:
+                history.seconds = seconds_before + time.perf_counter() - start
+                if hooks.callback(step, history):
+                    break
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        history.seconds = seconds_before + time.perf_counter() - start
+    if bar is not None:
+        bar.close()
+    return history
+
+
+def _runner(runner, config, device):
+    """What the step and the evaluation call: ``runner`` wrapped for packed rows, bf16 autocast and compile, as
+    ``config`` asks."""
     if getattr(config, "packed", False):
         runner = PackedNames(runner)
     if config.bf16 and device.type in ("cuda", "cpu"):
         runner = AutocastBF16(runner, device.type)
     if config.compile and device.type in ("cuda", "cpu"):
         runner = torch.compile(runner)
-    # On 2 idle cores a second thread makes a step of the CPU preset about 1.3-1.5x faster, but threads that wait for
-    # each other slow down many times over when other programs share the cores: "auto" measures which is faster.
+    return runner
+
+
+@contextmanager
+def _cpu_threads(config, device):
+    """Set the CPU threads ``config.cpu_threads`` asks for while the run trains, and put PyTorch's count back after.
+    Yields the ``ThreadChooser`` of ``cpu_threads="auto"`` (None otherwise).
+
+    On 2 idle cores a second thread makes a step of the CPU preset about 1.3-1.5x faster, but threads that wait for
+    each other slow down many times over when other programs share the cores: "auto" measures which is faster."""
     threads = torch.get_num_threads()
     chooser = None
     if device.type == "cpu" and config.cpu_threads == "auto":
@@ -92,97 +207,9 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     elif device.type == "cpu" and config.cpu_threads:
         torch.set_num_threads(int(config.cpu_threads))
     try:
-        return _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn,
-                    ignore_index, progress, plot, device, start_step, history, callback, metrics, chooser)
+        yield chooser
     finally:
         torch.set_num_threads(threads)
-
-
-def _fit(model, runner, train_loader, val_loader, config, optimizer, step_fn, eval_fn, lr_fn, ignore_index,
-         progress, plot, device, start_step=0, history=None, callback=None, metrics=None, chooser=None):
-    history = history if history is not None else History()
-    seconds_before = history.seconds
-    batches = train_loader if hasattr(train_loader, "__next__") else _batches(train_loader)
-    if chooser is not None:
-        chooser.first = start_step + 1  # step 0 warms up (first calls allocate), so it is not timed
-    # The calibrated time is for the preset's GPT; another model (notebook 09's ModernGPT) gets no figure.
-    expected = expected_seconds(config, device) if preset_sized(model, config) else None
-    bar = progress_bar(config.steps, start_step, expected) if progress else None
-    label = None if expected is None else f"expected {format_duration(expected)}"
-    shown = bar.desc if bar is not None else None
-
-    def describe():  # the progress bar's label: "training (expected 1 min 35 s; 2 threads)"
-        parts = [label] if label else []
-        if chooser is not None and chooser.choices:
-            parts.append(f"{chooser.threads} thread" + ("s" if chooser.threads > 1 else ""))
-        return "training" + (f" ({'; '.join(parts)})" if parts else "")
-
-    model.train()
-    start = time.perf_counter()
-    timing_start = None
-    timing_evals = 0.0  # seconds of evaluation (and plotting) inside the timed steps: not training speed
-    for step in range(start_step, config.steps):
-        if step == start_step + TIMING_STEPS[0]:
-            timing_start = time.perf_counter()
-        if (bar is not None and step == start_step + TIMING_STEPS[1]
-                and config.steps - start_step >= 2 * TIMING_STEPS[1]):
-            label, warning = time_report(config.steps - start_step, TIMING_STEPS[1] - TIMING_STEPS[0],
-                                         time.perf_counter() - timing_start - timing_evals, expected)
-            if warning:
-                bar.write(warning)  # once; tqdm prints it above the bar (on stdout)
-        lr = lr_fn(step, config.max_lr, config.warmup_steps, config.steps, config.min_lr)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = next(batches)
-        if chooser is not None:
-            chooser.before_step(step)
-            step_start = time.perf_counter()
-        loss = step_fn(runner, batch, optimizer, ignore_index, clip=config.clip)
-        if chooser is not None:
-            chooser.after_step(step, time.perf_counter() - step_start)
-            history.cpu_threads = chooser.threads
-        if bar is not None and describe() != shown:
-            shown = describe()
-            bar.set_description(shown, refresh=False)
-        history.steps.append(step)
-        history.train_loss.append(float(loss))
-        history.lr.append(lr)
-        history.tokens += _count_tokens([y for _, y in batch] if _is_micro_batches(batch) else batch[1], ignore_index)
-        last = step == config.steps - 1
-        if (step + 1) % config.eval_every == 0 or last:
-            timed = timing_start is not None and step < start_step + TIMING_STEPS[1]
-            eval_start = time.perf_counter() if timed else 0.0
-            val = eval_fn(runner, val_loader, ignore_index, max_batches=config.eval_batches)
-            history.val_steps.append(step)
-            history.val_loss.append(float(val))
-            if plot is not None:
-                plot.update(history)
-            if timed:
-                timing_evals += time.perf_counter() - eval_start
-        if bar is not None:
-            plain_line_next = isinstance(bar, PlainProgress) and (bar.n + 1) % bar.every == 0
-            if not plain_line_next:
-                bar.update(1)
-            if step % 25 == 0 or last or plain_line_next:
-                postfix = {"loss": f"{float(loss):.3f}", "lr": f"{lr:.2e}"}
-                if history.val_loss:
-                    postfix["val"] = f"{history.val_loss[-1]:.3f}"
-                if metrics is not None:
-                    history.seconds = seconds_before + time.perf_counter() - start
-                    postfix.update(metrics(history))
-                bar.set_postfix(postfix, refresh=False)
-            if plain_line_next:
-                bar.update(1)
-        if callback is not None:
-            history.seconds = seconds_before + time.perf_counter() - start
-            if callback(step, history):
-                break
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    history.seconds = seconds_before + time.perf_counter() - start
-    if bar is not None:
-        bar.close()
-    return history
 
 
 def accumulate_step(model, batches, optimizer, ignore_index, clip=1.0):

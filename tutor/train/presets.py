@@ -1,29 +1,24 @@
-"""The presets of notebook 08's run, as data: one ``TrainConfig`` per machine (as nanoGPT's ``config/`` folder).
+"""Every preset of the course's runs, as data (as nanoGPT's ``config/`` folder): notebook 08's names (``CPU_CONFIG``,
+``GPU_CONFIG``), notebook 10's long text (``SHAKESPEARE_PRESETS``), notebook 11's payoff (``CHAR_CONFIG``,
+``BPE_CONFIG``). The classes are in ``config``; the presets that only benchmarks compare against are in the benchmarks.
 
-Sized for about 90 seconds on a laptop CPU (2 cores; the goal is 120 s) and for one modern GPU. With a fixed time,
-the CPU preset is the GPT of notebook 07 with 2 layers instead of 4 (a step takes about half as long, so it makes
-about twice as many, and ends lower), on packed batches (``tutor.data.make_packed_loader``: a step computes about
-40% fewer positions), trained by Muon and AdamW (``MuonAdamW``: lower after the same number of steps), in batches
-of 256 names (Muon costs about as much per step whatever the batch holds). benchmarks/train_names.py measures it,
---ablate each change alone.
+Notebook 08's are sized for about 90 seconds on a laptop CPU (2 cores; the goal is 120 s) and for one modern GPU.
+With a fixed time, the CPU preset is the GPT of notebook 07 with 2 layers instead of 4 (a step takes about half as
+long, so it makes about twice as many, and ends lower), on packed batches (``tutor.data.make_packed_loader``: a step
+computes about 40% fewer positions), trained by Muon and AdamW (``MuonAdamW``: lower after the same number of steps),
+in batches of 256 names (Muon costs about as much per step whatever the batch holds). benchmarks/train_names.py
+measures it, --ablate each change alone.
 """
 
 from dataclasses import replace
 
 import torch
 
-from tutor.train.config import TrainConfig
+from tutor.train.config import PayoffConfig, ScaleConfig, TrainConfig
 
 CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=256, steps=3000, max_lr=1.8e-2, min_lr=5e-4,
                          warmup_steps=100, eval_every=250, eval_batches=10, cpu_threads="auto", packed=True,
                          optimizer="muon")
-# The preset before packing and Muon (issue 9, first round): 1.832 (excluding the first letter) in about 110 s.
-PADDED_CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=128, steps=5800, max_lr=8e-3,
-                                min_lr=5e-4, warmup_steps=100, eval_every=500, eval_batches=10, cpu_threads="auto")
-# The CPU preset as issue 9 found it: 1.893 (excluding the first letter) in 105.6 s on an idle 2-core CPU, on one
-# thread. Kept by name so that benchmarks compare against it.
-OLD_CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=4, batch_size=128, steps=2200, max_lr=8e-3,
-                             min_lr=5e-4, warmup_steps=100, cpu_threads=1)
 GPU_CONFIG = TrainConfig(d_model=256, n_heads=8, n_layers=6, dropout=0.1, batch_size=512, steps=4000,
                          max_lr=1e-3, min_lr=1e-4, warmup_steps=200, eval_every=500, eval_batches=20,
                          bf16=True, compile=True)
@@ -38,3 +33,43 @@ def config_for(device) -> TrainConfig:
     if device.type == "mps":
         return replace(GPU_CONFIG, bf16=False, compile=False, steps=2000)
     return replace(CPU_CONFIG)
+
+
+# --- notebook 10: tiny Shakespeare (``long_run``, ``python -m tutor.scale``) --------------------------------------
+
+# The CPU preset is sized for about 3 minutes on a 2-core laptop: notebook 07's GPT (4 layers, d_model 128, 64
+# characters of context), batches of 16 windows, trained by Muon + AdamW (as notebook 08's preset), on the threads
+# that are fastest while it trains ("auto", as notebook 08). benchmarks/train_shakespeare.py --vs-nanogpt measures it
+# against nanoGPT's README CPU recipe at equal wall time, and its docstring has what each lever bought (bf16 autocast
+# and torch.compile did not pay on a CPU). The GPU preset is nanoGPT's shakespeare-char recipe (val ≈ 1.47), with
+# bf16 autocast and torch.compile.
+SHAKESPEARE_PRESETS = {
+    "cpu": ScaleConfig(d_model=128, n_heads=4, n_layers=4, dropout=0.0, block_size=64, batch_size=16,
+                       steps=2400, max_lr=5e-3, min_lr=5e-4, warmup_steps=100, eval_every=300,
+                       eval_batches=16, cpu_threads="auto", optimizer="muon"),
+    "gpu": ScaleConfig(d_model=384, n_heads=6, n_layers=6, dropout=0.2, block_size=256, batch_size=64,
+                       steps=5000, max_lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_every=250,
+                       eval_batches=20, bf16=True, compile=True, checkpoint_every=1000),
+    # for tests and smoke runs: a few seconds
+    "tiny": ScaleConfig(d_model=32, n_heads=2, n_layers=2, dropout=0.1, block_size=16, batch_size=8,
+                        steps=20, max_lr=3e-3, min_lr=3e-4, warmup_steps=4, eval_every=10, eval_batches=2,
+                        cpu_threads=1),
+}
+
+
+def shakespeare_preset(name: str, device=None) -> ScaleConfig:
+    """A copy of preset ``name``; on a device that is not CUDA, bf16 and compile are switched off (on a CPU
+    neither paid for this model: benchmarks/train_shakespeare.py; ``--bf16``/``--compile`` switch them on)."""
+    config = replace(SHAKESPEARE_PRESETS[name])
+    if device is not None and torch.device(device).type != "cuda":
+        config = replace(config, bf16=False, compile=False)
+    return config
+
+
+# --- notebook 11: characters against BPE tokens at the same compute (``bpe_vs_chars``) -------------------------
+
+# ``bpe_vs_chars.sweep`` (its table is in notebook 11) picks the block, batch and learning rate; between 512, 1024
+# and 2048 tokens it cannot decide at the notebook's budget (seeds differ more).
+BPE_VOCAB = 1024
+CHAR_CONFIG = PayoffConfig(block_size=64, batch_size=16, max_lr=3e-3, min_lr=3e-4)
+BPE_CONFIG = PayoffConfig(block_size=32, batch_size=16, max_lr=3e-3, min_lr=3e-4)

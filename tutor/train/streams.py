@@ -15,18 +15,16 @@ class RandomWindows:
     With ``accum_steps > 1`` every item is a list of that many ``(x, y)`` micro-batches.
     """
 
-    def __init__(self, data, block_size, batch_size, seed=0, rank=0, accum_steps=1, get_batch_fn=None,
-                 device="cpu"):
+    def __init__(self, data, block_size, batch_size, seed=0, rank=0, accum_steps=1, device="cpu"):
         self.data, self.block_size, self.batch_size = data, block_size, batch_size
         self.accum_steps, self.device = accum_steps, torch.device(device)
-        self.get_batch = get_batch_fn or get_batch
         self.generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)
 
     def __iter__(self):
         return self
 
     def _one(self):
-        x, y = self.get_batch(self.data, self.block_size, self.batch_size, generator=self.generator)
+        x, y = get_batch(self.data, self.block_size, self.batch_size, generator=self.generator)
         if self.device.type == "cuda":
             return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
         return x.to(self.device), y.to(self.device)
