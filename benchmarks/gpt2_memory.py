@@ -34,7 +34,9 @@ import torch
 if args["threads"]:
     torch.set_num_threads(args["threads"])
 from tutor import reference as ref
-from tutor import pretrained
+from tutor import huggingface
+from tutor import train as tr
+from tutor.data import gpt2 as gpt2_data
 out = {"threads": torch.get_num_threads()}
 if args["what"] == "import":
     import transformers  # noqa: F401
@@ -45,7 +47,7 @@ elif args["what"] in ("float32", "bfloat16"):
     model = ref.GPT(ref.GPTConfig.gpt2()).to(args["device"]).eval()
     torch.set_default_dtype(torch.float32)
     out["parameters"] = sum(p.numel() for p in model.parameters())
-    out["parameter_MB"] = pretrained.parameter_bytes(model) / 1e6
+    out["parameter_MB"] = tr.parameter_bytes(model) / 1e6
     ids = torch.randint(0, 50257, (1, args["prompt"]), device=args["device"])
     with torch.no_grad():
         model(ids)
@@ -62,8 +64,8 @@ elif args["what"] in ("float32", "bfloat16"):
 elif args["what"] == "notebook":
     from pathlib import Path
     folder = Path(args["folder"])
-    weights = pretrained.Weights("local", folder / "model.safetensors", 0, "")
-    state_dict = pretrained.read_weights(weights)
+    weights = gpt2_data.Weights("local", folder / "model.safetensors", 0, "")
+    state_dict = gpt2_data.read_weights(weights)
     model = ref.load_gpt2(state_dict, n_heads=12)
     del state_dict
     from transformers import GPT2LMHeadModel
@@ -74,10 +76,10 @@ elif args["what"] == "notebook":
     del hf
     ref.generate_cached(model, ids, 32, top_k=40)
     text_ids = torch.randint(0, 50257, (1025,))
-    out["loss_one_window"] = pretrained.mean_loss(model, text_ids, 1024)[0]
+    out["loss_one_window"] = tr.mean_loss(model, text_ids, 1024)[0]
 elif args["what"] == "offline":
     # the notebook's path without internet: transformers' random GPT2LMHeadModel stands in for the file
-    stand_in = pretrained.random_gpt2(ref.GPTConfig.gpt2())
+    stand_in = huggingface.random_gpt2(ref.GPTConfig.gpt2())
     state_dict = stand_in.state_dict()
     model = ref.load_gpt2(state_dict, n_heads=12)
     del state_dict
@@ -86,7 +88,7 @@ elif args["what"] == "offline":
         out["max_logit_difference"] = (model(ids) - stand_in(ids).logits).abs().max().item()
     del stand_in
     ref.generate_cached(model, ids, 8, top_k=40)
-    out["loss_one_window"] = pretrained.mean_loss(model, torch.randint(0, 50257, (513,)), 1024, max_tokens=512)[0]
+    out["loss_one_window"] = tr.mean_loss(model, torch.randint(0, 50257, (513,)), 1024, max_tokens=512)[0]
 out["peak_rss_MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 '''

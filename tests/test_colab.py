@@ -57,8 +57,10 @@ def test_the_colab_setup_keeps_colabs_packages(n):
     colab = source.split('if "google.colab" in sys.modules:', 1)[1].split("\n\n", 1)[0]
     installs = pip_lists(colab)
     assert installs, f"{n.filename}: the Colab branch installs nothing"
-    assert installs[0] == ["--no-deps", "git+{REPO_URL}"], f"{n.filename}: install the course with --no-deps"
-    extra = {name for args in installs[1:] for name in args}
+    assert installs[0] == ["--no-deps", "git+{REPO_URL}@v{VERSION}"], (
+        f"{n.filename}: install the course's tag of this notebook's version, with --no-deps")
+    assert installs[1] == ["--no-deps", "git+{REPO_URL}"], f"{n.filename}: where the tag is missing, the main branch"
+    extra = {name for args in installs[2:] for name in args}
     assert not {"-U", "--upgrade", "--force-reinstall"} & extra
     assert not extra & COLAB_PREINSTALLED, (
         f"{n.filename}: the Colab branch must not reinstall {extra & COLAB_PREINSTALLED}")

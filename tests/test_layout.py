@@ -15,13 +15,9 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tutor"
 MAX_LINES = 520  # "about 500"
-# Old import paths kept for one release (tutor.deprecation): they warn on import, on purpose.
-DEPRECATED = {"tutor.trainer", "tutor.bpe_vs_chars"}
 
 
 def modules():
@@ -41,7 +37,7 @@ def test_the_readme_module_table_matches_the_tree():
         first = row.split("|")[1]
         named |= {name.split("(")[0] for name in re.findall(r"`(tutor[\w.()]*)`", first)}
     top_level = {name for name, _ in modules() if name.count(".") == 1}
-    missing = sorted(top_level - named - DEPRECATED - {"tutor.__main__"})
+    missing = sorted(top_level - named - {"tutor.__main__"})
     assert not missing, f"the README's module table does not list {missing}"
     for name in named:  # and every name in it exists (a module, or a function of the package)
         module, _, attribute = name.rpartition(".")
@@ -94,7 +90,7 @@ def test_every_tutor_variable_is_declared_in_env():
 
 
 def test_every_module_imports_alone_without_a_warning():
-    names = [name for name, _ in modules() if name not in DEPRECATED and name != "tutor.__main__"]
+    names = [name for name, _ in modules() if name != "tutor.__main__"]
     script = ("import importlib, sys, warnings\nwarnings.simplefilter('error')\nfailed = []\n"
               "for name in sys.argv[1:]:\n"
               "    for loaded in [m for m in sys.modules if m == 'tutor' or m.startswith('tutor.')]:\n"
@@ -106,12 +102,6 @@ def test_every_module_imports_alone_without_a_warning():
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", done.stdout
-
-
-@pytest.mark.parametrize("old", sorted(DEPRECATED))
-def test_the_deprecated_paths_are_thin(old):
-    path = PACKAGE / (old.split(".", 1)[1] + ".py")
-    assert len(path.read_text(encoding="utf-8").splitlines()) <= 15, f"{old} must only warn and re-export"
 
 
 CONFIG_CLASSES = {"TrainConfig", "ScaleConfig", "PayoffConfig"}

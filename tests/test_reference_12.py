@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tutor import pretrained
+from tutor import huggingface
 from tutor import reference as ref
+from tutor import train as tr
+from tutor.data import gpt2 as gpt2_data
 from tutor.reference import GPT, GPTConfig
 
 transformers = pytest.importorskip("transformers")
@@ -260,13 +262,13 @@ def test_config_from_hf_refuses_what_the_course_gpt_cannot_run():
         ref.gpt2_from_hf([1, 2])
 
 
-# --- tutor.pretrained -----------------------------------------------------------------------------------------------
+# --- GPT-2's weights (tutor.data.gpt2), transformers' GPT-2 (tutor.huggingface), the loss on a text ---------------
 
 
 def test_offline_without_a_cache_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
-    assert pretrained.gpt2_weights(offline=True) is None
+    assert gpt2_data.gpt2_weights(offline=True) is None
     out = capsys.readouterr().out.strip()
     assert len(out.splitlines()) == 1 and "random model of GPT-2's shape" in out
 
@@ -283,33 +285,33 @@ def test_a_cached_checkpoint_is_found_and_loads(monkeypatch, tmp_path, capsys):
     hf = hf_tiny()
     save_file({k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items()
                if k != "lm_head.weight"}, str(snapshot / "model.safetensors"))
-    weights = pretrained.gpt2_weights(offline=True)
+    weights = gpt2_data.gpt2_weights(offline=True)
     assert weights is not None and "from the cache" in capsys.readouterr().out
-    model = ref.load_gpt2(pretrained.read_weights(weights), n_heads=4)
+    model = ref.load_gpt2(gpt2_data.read_weights(weights), n_heads=4)
     ids = torch.randint(0, 41, (1, 9))
     assert (logits_of(model, ids) - logits_of(hf, ids)).abs().max() < ATOL
 
 
 def test_random_gpt2_has_the_shape_of_its_config():
     config = GPTConfig.gpt2(d_model=32, n_layers=2, n_heads=2, max_len=64)
-    hf = pretrained.random_gpt2(config)
+    hf = huggingface.random_gpt2(config)
     model = ref.gpt2_from_hf(hf)
     assert model.config == config
     assert hf.transformer.h[0].attn.c_proj.weight.std() < 0.05  # GPT-2's own initialisation
-    wide = pretrained.random_gpt2(config, std=0.3)  # as the checks: every weight redrawn
+    wide = huggingface.random_gpt2(config, std=0.3)  # as the checks: every weight redrawn
     assert 0.25 < wide.transformer.h[0].attn.c_proj.weight.std() < 0.35
     assert 0.5 < wide.transformer.ln_f.weight.mean() < 1.5
-    assert pretrained.parameter_bytes(model) == 4 * sum(p.numel() for p in model.parameters())
+    assert tr.parameter_bytes(model) == 4 * sum(p.numel() for p in model.parameters())
 
 
 def test_mean_loss_reads_every_token_once():
     model = GPT(GPTConfig.gpt2(vocab_size=20, max_len=8, d_model=16, n_heads=2, n_layers=1))
     ids = torch.randint(0, 20, (30,), generator=torch.Generator().manual_seed(0))
-    loss, n = pretrained.mean_loss(model, ids, block=8)
+    loss, n = tr.mean_loss(model, ids, block=8)
     assert n == 29
     with torch.no_grad():
         windows = [ids[s:s + 9] for s in range(0, 29, 8)]
         total = sum(nn.functional.cross_entropy(model(w[None, :-1])[0], w[1:], reduction="sum").item()
                     for w in windows)
     assert math.isclose(loss, total / 29, rel_tol=1e-6)
-    assert pretrained.mean_loss(model, ids, block=8, max_tokens=10)[1] == 10
+    assert tr.mean_loss(model, ids, block=8, max_tokens=10)[1] == 10

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from tutor import viz
-from tutor.deprecation import TutorDeprecationWarning
 from tutor.viz.attention import similarity_and_attention, word_explorer
 
 
@@ -67,18 +66,6 @@ def test_viz_exports_the_core_and_one_module_per_topic():
     assert sorted(viz.__all__) == sorted(name for name in vars(viz) if not name.startswith("_"))
 
 
-@pytest.mark.parametrize("old, module", [
-    ("word_explorer", "attention"), ("softmax_bars", "attention"), ("mask_heatmap", "masking"),
-    ("head_patterns", "heads"), ("sinusoid_waves", "positional"), ("depth_figure", "blocks"),
-    ("sampling_distribution", "model"),
-])
-def test_the_old_flat_names_still_work_with_a_warning(old, module):
-    with pytest.warns(TutorDeprecationWarning, match=f"tutor.viz.{old} has moved to tutor.viz.{module}.{old}"):
-        assert getattr(viz, old) is getattr(getattr(viz, module), old)
-
-
-def test_viz_tokens_is_now_viz_bpe():
-    with pytest.warns(TutorDeprecationWarning, match="tutor.viz.tokens has moved to tutor.viz.bpe"):
-        assert viz.tokens is viz.bpe
+def test_a_name_that_is_not_there_is_an_attribute_error():
     with pytest.raises(AttributeError):
         viz.no_such_picture

@@ -18,7 +18,7 @@ from tutor.device import get_device, seed_everything
 from tutor.errors import TutorError
 from tutor.errors import install_excepthook as _install_excepthook
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The repository the notebooks install from on Colab. Forks change it here and in the
 # first cell of each notebook (a test checks that they agree).

@@ -44,19 +44,10 @@ import torch
 
 from tutor import distributed
 from tutor.data import shakespeare_data
-from tutor.deprecation import forwarder
 from tutor.train import long_run
 from tutor.train.checkpoint import CheckpointError
 
 # This module is the command line only: the run is tutor.train.long_run.train, the process group tutor.distributed.
-# What notebook 10 and learners' saved notebooks use as ``scale.X`` moved there; the old names keep working,
-# with a TutorDeprecationWarning, until the next release.
-__getattr__ = forwarder(__name__, {
-    **{name: "tutor.train.long_run" for name in (
-        "ScaleConfig", "PRESETS", "IGNORE_NONE", "RunResult", "preset", "n_params", "checkpoint_state", "train",
-        "sample_text", "data_parallel_step", "max_difference")},
-    **{name: "tutor.distributed" for name in ("Dist", "init_distributed", "weights_identical")},
-})
 
 
 # --- the command line ----------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 | ``sources`` | ``DataSet``, ``load``: the one loading order of every data set; ``cache_dir``, ``download`` |
 | ``names`` | the names data set (notebooks 08-09): ``load_names``, ``clean_names``, ``split_names``, ... |
 | ``shakespeare`` | tiny Shakespeare (notebooks 10-11): ``load_shakespeare``, ``CharVocab``, ``shakespeare_data``, ... |
-| ``gpt2`` | GPT-2's ``encoder.json`` and ``vocab.bpe`` (notebook 11): ``gpt2_files``, ``tiktoken_gpt2``; not shipped |
+| ``gpt2`` | GPT-2's vocabulary (``gpt2_files``, ``tiktoken_gpt2``) and weights (``gpt2_weights``); not shipped |
 | ``batching`` | ``NamesDataset``, ``collate``, ``make_loader``; sortish and packed batches of names |
 
 Where a data set comes from, in this order (``tutor.data.sources``):

@@ -1,9 +1,18 @@
-"""GPT-2's vocabulary files (notebook 11's last section, notebook 12): ``encoder.json`` and ``vocab.bpe``.
+"""GPT-2's files: its vocabulary (``encoder.json`` and ``vocab.bpe``; notebook 11's last section, notebook 12) and its
+weights (``model.safetensors``; notebook 12).
 
 They are OpenAI's files, the ones ``tiktoken.get_encoding("gpt2")`` reads, and come through the course's one
 loading order (``tutor.data.sources``): your own copies (``TUTOR_GPT2_ENCODER``, ``TUTOR_GPT2_MERGES``), the
 cache, a download (1.5 MB, checksum verified). They do not ship with the course: where they are not here and
 there is no network, ``gpt2_files`` says so in one line and returns ``None``, and the notebook skips that part.
+
+``gpt2_weights()`` finds ``model.safetensors`` of ``openai-community/gpt2`` (OpenAI's 124M GPT-2 as Hugging Face
+hosts it, MIT licence; 548 MB in float32) in huggingface_hub's cache, or downloads it once, saying its size first
+and showing huggingface_hub's progress bar; the cache is ``~/.cache/huggingface/hub`` (``HF_HOME`` moves it). With no
+network, or ``TUTOR_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``, and nothing cached, one line says so and it returns ``None``:
+the notebook then runs on ``tutor.huggingface.random_gpt2``, a randomly initialised model of GPT-2's shape, so that
+every cell runs. ``huggingface_hub`` is imported only when used (it takes seconds), and a missing one is a ``None``
+and one line, never an exception.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tiktoken
+import torch
 
 from tutor import env
 from tutor.data import sources
@@ -108,3 +118,73 @@ def tiktoken_gpt2(files: GPT2Files) -> tiktoken.Encoding:
         else:
             os.environ["TIKTOKEN_CACHE_DIR"] = before
         shutil.rmtree(cache, ignore_errors=True)
+
+
+# --- the weights -------------------------------------------------------------------------------------------------
+
+REPOS = {"small": "openai-community/gpt2", "medium": "openai-community/gpt2-medium",
+         "large": "openai-community/gpt2-large", "xl": "openai-community/gpt2-xl"}
+WEIGHTS = "model.safetensors"
+INSTALL = "pip install transformers huggingface_hub"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Where GPT-2's weights are on this machine."""
+
+    repo: str  # "openai-community/gpt2"
+    path: Path  # model.safetensors in huggingface_hub's cache
+    size: int  # bytes
+    notice: str  # the line that said where they came from
+
+
+def _say(line: str, verbose: bool) -> None:
+    if verbose:
+        print(line)
+
+
+def _offline(offline: bool | None) -> bool:
+    if offline is not None:
+        return offline
+    return env.offline() or env.is_true(os.environ.get("HF_HUB_OFFLINE"))
+
+
+def gpt2_weights(size: str = "small", *, verbose: bool = True, offline: bool | None = None) -> Weights | None:
+    """GPT-2's ``model.safetensors`` of ``size`` (``"small"``: 124M), from the cache or downloaded once; ``None``,
+    with one line saying why, when it is not here and cannot be downloaded."""
+    repo = REPOS[size]
+    skipped = "so this notebook runs on a random model of GPT-2's shape, and its text is gibberish"
+    try:
+        import huggingface_hub as hub  # seconds to import: only here
+    except ImportError:
+        _say(f"huggingface_hub is not installed ({INSTALL}), {skipped}.", verbose)
+        return None
+    cached = hub.try_to_load_from_cache(repo, WEIGHTS)
+    if isinstance(cached, str):
+        path = Path(cached)
+        notice = f"GPT-2 ({repo}): {WEIGHTS}, {path.stat().st_size / 1e6:,.0f} MB, from the cache ({path.parent})"
+        _say(notice, verbose)
+        return Weights(repo, path, path.stat().st_size, notice)
+    if _offline(offline):
+        _say(f"GPT-2's weights are not in the cache and downloads are off (TUTOR_OFFLINE or HF_HUB_OFFLINE), "
+             f"{skipped}.", verbose)
+        return None
+    try:
+        size_bytes = hub.get_hf_file_metadata(hub.hf_hub_url(repo, WEIGHTS), timeout=10).size
+        _say(f"Downloading GPT-2 ({repo}): {WEIGHTS}, {size_bytes / 1e6:,.0f} MB, once; it is kept in "
+             f"huggingface_hub's cache ({hub.constants.HF_HUB_CACHE}).", verbose)
+        path = Path(hub.hf_hub_download(repo, WEIGHTS))  # shows its own progress bar
+    except Exception as error:  # noqa: BLE001 - no network, a proxy, a full disk: say so in one line and go on
+        reason = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+        _say(f"GPT-2's weights could not be downloaded ({type(error).__name__}: {reason}), {skipped}.", verbose)
+        return None
+    notice = f"GPT-2 ({repo}): {WEIGHTS}, {path.stat().st_size / 1e6:,.0f} MB, downloaded to {path.parent}"
+    _say(notice, verbose)
+    return Weights(repo, path, path.stat().st_size, notice)
+
+
+def read_weights(weights: Weights) -> dict[str, torch.Tensor]:
+    """The tensors of ``model.safetensors`` by Hugging Face's names (no ``transformer.`` prefix, no ``lm_head``)."""
+    from safetensors.torch import load_file  # comes with transformers and huggingface_hub
+
+    return load_file(str(weights.path))

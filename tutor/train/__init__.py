@@ -8,12 +8,12 @@ one job per module.
 | ``models`` | ``BigramModel`` (baseline), ``make_model``, ``use_fused_kernels``, ``PackedNames``, ``AutocastBF16`` |
 | ``optim`` | ``make_optimizer``: AdamW, or ``MuonAdamW`` for the ``block_matrices`` |
 | ``loop`` | ``fit``, ``Hooks`` (what a longer run plugs in), ``History``, ``accumulate_step`` (accumulation, DDP) |
-| ``validation`` | ``position_losses``, ``val_losses``, ``losses_from_positions``: the loss by position |
+| ``validation`` | ``position_losses``, ``val_losses``, ``losses_from_positions``; ``mean_loss`` over a long text |
 | ``progress_bar`` | the bar, ``expected_seconds``, ``format_duration``, ``time_report`` (is this machine slow?) |
 | ``threads`` | ``cpu_cores``, ``ThreadChooser`` (``cpu_threads="auto"``) |
 | ``checkpoint`` | ``save_checkpoint``/``load_checkpoint``; ``save_training_state``/``load_training_state`` (resume) |
 | ``streams`` | ``RandomWindows``, ``fixed_batches``: batches of windows of a long text (notebook 10) |
-| ``metrics`` | ``peak_flops`` (measured on a CPU), ``cpu_peak_flops``, ``cpu_has_fast_bf16``, ``mfu`` |
+| ``metrics`` | ``peak_flops``, ``cpu_peak_flops``, ``cpu_has_fast_bf16``, ``mfu``, ``parameter_bytes`` |
 | ``sampling`` | ``sample_names``, ``seeded`` |
 | ``long_run`` | notebook 10's run on a long text: ``train``, ``data_parallel_step``, its ``PRESETS`` |
 | ``bpe_vs_chars`` | notebook 11's payoff: characters against BPE tokens at the same compute |
@@ -44,6 +44,7 @@ from tutor.train.metrics import (
     cpu_peak_flops,
     measure_matmul_flops,
     mfu,
+    parameter_bytes,
     peak_flops,
 )
 from tutor.train.models import (
@@ -69,7 +70,7 @@ from tutor.train.progress_bar import (
 from tutor.train.sampling import sample_names, seeded
 from tutor.train.streams import RandomWindows, fixed_batches
 from tutor.train.threads import ThreadChooser, cpu_cores
-from tutor.train.validation import losses_from_positions, position_losses, val_losses
+from tutor.train.validation import losses_from_positions, mean_loss, position_losses, val_losses
 
 __all__ = [
     # config, presets
@@ -82,7 +83,7 @@ __all__ = [
     # loop
     "History", "Hooks", "fit", "accumulate_step",
     # validation
-    "position_losses", "val_losses", "losses_from_positions",
+    "position_losses", "val_losses", "losses_from_positions", "mean_loss",
     # progress
     "PlainProgress", "CPU_SECONDS_PER_STEP", "SLOW_FACTOR", "TIMING_STEPS", "expected_seconds", "format_duration",
     "time_report",
@@ -93,7 +94,7 @@ __all__ = [
     "previous_checkpoint", "load_training_state", "rng_states", "set_rng_states",
     # streams, metrics, sampling
     "RandomWindows", "fixed_batches", "PEAK_TFLOPS", "cpu_peak_flops", "cpu_has_fast_bf16", "measure_matmul_flops",
-    "peak_flops", "mfu",
+    "peak_flops", "mfu", "parameter_bytes",
     "sample_names", "seeded",
     # notebook 08's four exercises (tutor.reference.training), fit's defaults
     "lm_loss", "lr_schedule", "train_step", "evaluate",

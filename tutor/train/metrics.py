@@ -149,3 +149,8 @@ def peak_flops(device, override_tflops=None, *, dtype=torch.float32, processes: 
 def mfu(tokens_per_second: float, flops_per_token: int, peak: float) -> float:
     """Model FLOPs utilisation: the fraction of the hardware's peak that the model's FLOPs use."""
     return tokens_per_second * flops_per_token / peak
+
+
+def parameter_bytes(model) -> int:
+    """The bytes of ``model``'s parameters (a tied matrix counted once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())

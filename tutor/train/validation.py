@@ -1,4 +1,5 @@
-"""Validation losses by position: the loss at every position of a name, and over all but the first letter."""
+"""Validation losses: by position (the loss at every position of a name, and over all but the first letter), and over
+a long text read in windows (``mean_loss``, notebook 12)."""
 
 import torch
 import torch.nn.functional as F
@@ -46,3 +47,19 @@ def losses_from_positions(sums, counts) -> dict:
         "all": (sums.sum() / counts.sum().clamp(min=1)).item(),
         "excluding_first": (sums[1:].sum() / counts[1:].sum().clamp(min=1)).item(),
     }
+
+
+@torch.no_grad()
+def mean_loss(model, ids: torch.Tensor, block: int, device=None, max_tokens: int | None = None):
+    """The mean cross-entropy (nats per token) of ``model`` predicting every token of ``ids`` [N] but the first,
+    read in consecutive windows of ``block + 1`` tokens that share one token (each window predicts ``block``),
+    and the number of tokens predicted. ``max_tokens`` stops after that many."""
+    device = device or next(model.parameters()).device
+    n = len(ids) - 1 if max_tokens is None else min(max_tokens, len(ids) - 1)
+    total, count = 0.0, 0
+    for start in range(0, n, block):
+        window = ids[start:start + min(block, n - start) + 1].to(device)
+        logits = model(window[None, :-1])[0].float()
+        total += torch.nn.functional.cross_entropy(logits, window[1:], reduction="sum").item()
+        count += len(window) - 1
+    return total / count, count

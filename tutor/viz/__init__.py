@@ -19,26 +19,8 @@ every widget displays with a static picture for GitHub, nbviewer and headless ru
 | ``gpt2`` | 12 | the two GELUs, generation speed with and without the cache, bits per byte |
 """
 
-from tutor.deprecation import forwarder as _forwarder
 from tutor.viz import attention, blocks, bpe, gpt2, heads, masking, model, modern, positional, training
 from tutor.viz.core import WithFallback, figure_png, heatmap, interactive
 
 __all__ = ["heatmap", "interactive", "figure_png", "WithFallback", "core",
            "attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe", "gpt2"]
-
-# The old names, for one release: pictures of notebooks 01-07 were exported here, and ``viz.tokens`` is ``viz.bpe``.
-_MOVED = {
-    "tokens": "tutor.viz:bpe",
-    **dict.fromkeys(["dot_product_variance", "similarity_and_attention", "soft_lookup", "soft_lookup_explorer",
-                     "softmax_bars", "softmax_explorer", "softmax_saturation", "word_explorer"], "tutor.viz.attention"),
-    **dict.fromkeys(["attention_with_future", "batch_masks", "leak_explorer", "leak_plot", "mask_heatmap",
-                     "output_changes"], "tutor.viz.masking"),
-    **dict.fromkeys(["head_explorer", "head_patterns", "mha_diagram", "split_picture"], "tutor.viz.heads"),
-    **dict.fromkeys(["encoding_heatmap", "offset_curves", "position_similarity", "position_similarity_explorer",
-                     "rope_pair_rotation", "sinusoid_waves"], "tutor.viz.positional"),
-    **dict.fromkeys(["activation_functions", "block_diagrams", "depth_explorer", "depth_figure", "normalisation_bars",
-                     "precision_picture"], "tutor.viz.blocks"),
-    **dict.fromkeys(["architecture_diagram", "residual_growth", "sampling_distribution", "sampling_explorer",
-                     "temperature_bars"], "tutor.viz.model"),
-}
-__getattr__ = _forwarder(__name__, _MOVED)
