@@ -6,7 +6,10 @@
 - every ``TUTOR_*`` variable the package reads is declared in ``tutor/env.py``;
 - importing each module alone, in a fresh interpreter, works (no import cycle) and warns about nothing;
 - every preset of a run (a module-level ``TrainConfig``) is defined in ``tutor/train/presets.py``;
-- the training engine keeps a small surface: what a longer run plugs into ``fit`` goes into ``Hooks``.
+- the training engine keeps a small surface: what a longer run plugs into ``fit`` goes into ``Hooks``;
+- a constant that another module imports has one definition in the package (``LETTERS`` once meant four things);
+- no code reaches into another object's private attributes (``reference._stable_end(...)``), but a few of Python's,
+  PyTorch's and ipywidgets' own, each with its reason.
 """
 
 import ast
@@ -128,3 +131,47 @@ def test_the_engine_keeps_a_small_surface():
     assert len(inspect.signature(fit).parameters) <= 11, "put what a longer run adds into tutor.train.Hooks"
     assert len(inspect.signature(long_run.train).parameters) <= 12
     assert {"callback", "metrics", "runner", "optimizer"} <= set(inspect.signature(Hooks).parameters)
+
+
+def _constants_defined(tree) -> set:
+    """The UPPER_CASE names a module binds at its top to a value of its own (not to another module's object)."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and not isinstance(node.value, (ast.Attribute, ast.Name, ast.Tuple)):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            names.add(node.target.id)
+    return {name for name in names if re.fullmatch(r"[A-Z][A-Z0-9_]*", name)}
+
+
+def test_an_imported_constant_has_one_definition():
+    defined, imported = {}, set()
+    for name, path in modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for constant in _constants_defined(tree):
+            defined.setdefault(constant, []).append(name)
+        imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     and (node.module or "").startswith("tutor") for a in node.names}
+    twice = {c: where for c, where in defined.items() if c in imported and len(where) > 1}
+    assert not twice, f"one definition each (give the others their own names): {twice}"
+
+
+# Private attributes the package may use on objects that are not its own, with the reason.
+OTHERS_PRIVATE = {
+    ("sys", "_getframe"): "the model-answer watch reads the caller's frame",
+    ("os", "_exit"): "a forked child exits without running the parent's atexit handlers",
+    ("torch", "_C"): "the checker switches torch's modes off (no public API)",
+    ("widget", "_handle_displayed"): "ipywidgets 7 runs its on-displayed callbacks only through it",
+}
+
+
+def test_no_private_attribute_of_another_object_is_used():
+    found = []
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            owner = node.value.id if isinstance(node.value, ast.Name) else getattr(node.value, "attr", "")
+            if owner not in ("self", "cls") and (owner, node.attr) not in OTHERS_PRIVATE:
+                found.append(f"{name}:{node.lineno}: {owner}.{node.attr}")
+    assert not found, f"use a public name (or add it to OTHERS_PRIVATE with the reason): {found}"

@@ -7,6 +7,7 @@ The rule: an ``nbNN_*`` module imports from ``harness``, ``compare`` and this mo
 import math
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from tutor import reference as ref
@@ -88,3 +89,23 @@ def frequencies_close(freq, p, N):
     (within five standard errors, and never a token whose probability is 0)."""
     tol = 5 * torch.sqrt(p * (1 - p) / N) + 2e-3
     return bool(torch.all((freq - p).abs() <= tol) and torch.all(freq[p == 0] == 0))
+
+
+# --- a wrong RMSNorm or SwiGLU: notebook 06 checks the parts against these, notebook 09 a model built on a learner's
+# own parts (the causes are worded for each notebook)
+
+
+def rms_norm_centred(x, weight, eps, unbiased=False):
+    """LayerNorm without its bias: the mean subtracted (torch.var's biased or ``unbiased`` variance)."""
+    x = x - x.mean(dim=-1, keepdim=True)
+    return x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=unbiased) + eps) * weight
+
+
+def rms_norm_without_eps(x, weight, eps):
+    """``x / rms(x)`` with no eps under the square root."""
+    return x / x.pow(2).mean(dim=-1, keepdim=True).sqrt() * weight
+
+
+def swiglu_gate_on_w3(mlp, x):
+    """SiLU on ``w3(x)`` instead of on ``w1(x)``, the gate: w1 and w3 swapped."""
+    return mlp.w2(F.silu(mlp.w3(x)) * mlp.w1(x))

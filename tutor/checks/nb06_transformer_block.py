@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from tutor import reference as ref
+from tutor.checks.common import rms_norm_centred, rms_norm_without_eps, swiglu_gate_on_w3
 from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights, shape_text
 from tutor.checks.harness import Mismatch, build, call, case, check
 
@@ -112,14 +113,13 @@ def _rms_norm_mistakes(x, w, eps):
     mistakes = [
         ("the mean is subtracted: RMSNorm does not centre the vector (that is LayerNorm); divide x itself "
          "by torch.sqrt((x**2).mean(dim=-1, keepdim=True) + eps)",
-         lambda: (x - x.mean(dim=-1, keepdim=True))
-         / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps) * w),
+         lambda: rms_norm_centred(x, w, eps)),
         ("the mean is subtracted (with torch.var's unbiased variance): RMSNorm divides x itself by its "
          "root mean square, no centring",
-         lambda: (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(x.var(dim=-1, keepdim=True) + eps) * w),
+         lambda: rms_norm_centred(x, w, eps, unbiased=True)),
         ("eps is outside the square root: divide by torch.sqrt(mean(x²) + eps), not by rms + eps",
          lambda: x / (ms.sqrt() + eps) * w),
-        ("eps is missing: divide by torch.sqrt(mean(x²) + eps)", lambda: x / ms.sqrt() * w),
+        ("eps is missing: divide by torch.sqrt(mean(x²) + eps)", lambda: rms_norm_without_eps(x, w, eps)),
         ("the weight is not applied: return x / rms * self.weight", lambda: x / torch.sqrt(ms + eps)),
         ("you divided by the length ‖x‖ (a sum of squares); the RMS uses the mean of the squares: "
          "(x**2).mean(dim=-1, keepdim=True)",
@@ -401,7 +401,7 @@ def _swiglu_mistakes(m, x):
     a, b = m.w1(x), m.w3(x)
     mistakes = [
         ("w1 and w3 are swapped: SiLU goes on w1(x) (the gate) and w3(x) is multiplied in as it is",
-         lambda: m.w2(F.silu(b) * a)),
+         lambda: swiglu_gate_on_w3(m, x)),
         ("sigmoid instead of SiLU: silu(z) = z * sigmoid(z), use F.silu", lambda: m.w2(torch.sigmoid(a) * b)),
         ("GELU instead of SiLU: SwiGLU uses F.silu (Swish)", lambda: m.w2(F.gelu(a) * b)),
         ("ReLU instead of SiLU: SwiGLU uses F.silu (Swish)", lambda: m.w2(F.relu(a) * b)),

@@ -8,10 +8,15 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from tutor import reference as ref
-from tutor.checks.common import frequencies_close, top_k_probs
+from tutor.checks.common import (
+    frequencies_close,
+    rms_norm_centred,
+    rms_norm_without_eps,
+    swiglu_gate_on_w3,
+    top_k_probs,
+)
 from tutor.checks.compare import expect_close, load_reference_weights
 from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details
 
@@ -407,31 +412,23 @@ BLOCK_MISTAKES = [
 ]
 
 
-def _rms_no_eps(norm, x):
-    return x / x.pow(2).mean(dim=-1, keepdim=True).sqrt() * norm.weight
-
-
-def _rms_centred(norm, x, unbiased=False):
-    x = x - x.mean(dim=-1, keepdim=True)
-    return x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=unbiased) + norm.eps) * norm.weight
-
-
-def _swiglu_gate_on_w3(mlp, x):
-    return mlp.w2(mlp.w1(x) * F.silu(mlp.w3(x)))
+def _norm_forward(wrong, **kw):
+    """A forward ``(norm, x)`` for an RMSNorm module from a wrong formula of ``checks.common`` on (x, weight, eps)."""
+    return lambda norm, x: wrong(x, norm.weight, norm.eps, **kw)
 
 
 OWN_NORM = " (or use RMSNorm from tutor.reference, imported above)"
 OWN_PARTS = [  # a learner's own RMSNorm or SwiGLU with a classic mistake: (cause, part, its forward)
     ("your RMSNorm has no eps: divide by torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps), "
-     "eps = 1e-5" + OWN_NORM, ref.RMSNorm, _rms_no_eps),
+     "eps = 1e-5" + OWN_NORM, ref.RMSNorm, _norm_forward(rms_norm_without_eps)),
     ("your RMSNorm subtracts the mean (that is LayerNorm): RMSNorm divides x itself by its root mean square, "
-     "torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)" + OWN_NORM, ref.RMSNorm, _rms_centred),
+     "torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)" + OWN_NORM, ref.RMSNorm, _norm_forward(rms_norm_centred)),
     ("your RMSNorm subtracts the mean (that is LayerNorm, here with torch.var's unbiased variance): RMSNorm "
      "divides x itself by its root mean square" + OWN_NORM, ref.RMSNorm,
-     functools.partial(_rms_centred, unbiased=True)),
+     _norm_forward(rms_norm_centred, unbiased=True)),
     ("your SwiGLU gates the wrong branch: SiLU goes on w1(x), the gate, and w3(x) is multiplied in as it is: "
      "w2(silu(w1(x)) * w3(x)) (or use SwiGLU from tutor.reference, imported above)", ref.SwiGLU,
-     _swiglu_gate_on_w3),
+     swiglu_gate_on_w3),
 ]
 
 

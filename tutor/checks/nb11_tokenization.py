@@ -736,12 +736,12 @@ def _streamed(reference, chunks, margin=3, hold_specials=True, keep_last=False):
     out, buffer = [], ""
     for chunk in chunks:
         buffer += chunk
-        limit = (reference._stable_end(buffer) + 3 if hold_specials else len(buffer)) - margin
-        pieces, done = list(reference._pieces(buffer)), 0
+        limit = (reference.stable_end(buffer) + 3 if hold_specials else len(buffer)) - margin
+        pieces, done = list(reference.pieces(buffer)), 0
         for k, (piece, special) in enumerate(pieces):
             if done + len(piece) > limit or keep_last and k == len(pieces) - 1:
                 break
-            out += reference._ids(piece, special)
+            out += reference.piece_ids(piece, special)
             done += len(piece)
         buffer = buffer[done:]
     return out + reference.encode(buffer)

@@ -15,8 +15,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from tutor.data.names import LETTERS
 from tutor.reference import PAD_X, PAD_Y, encode
+from tutor.reference.characters import LETTERS
 
 # -----------------------------------------------------------------------------
 # padded batches: one name per row
@@ -31,7 +31,7 @@ class NamesDataset(Dataset):
     def __init__(self, names):
         self.names = list(names)
         for name in self.names:
-            if not name or not set(name.lower()) <= LETTERS:
+            if not name or not set(name.lower()) <= set(LETTERS):
                 raise ValueError(
                     f"NamesDataset needs non-empty names made of the letters a-z, got {name!r} "
                     "(load_names() cleans names for you)"

@@ -19,7 +19,7 @@ from tutor import env
 from tutor.data.sources import DataSet, announce, check_text, load
 from tutor.errors import DataFileError
 from tutor.files import sha256
-from tutor.reference import PAD_X, PAD_Y, alphabet, itos
+from tutor.reference.characters import LETTERS
 
 FILENAME = "allnames.txt"
 PACKAGE_FILE = "allnames.txt.gz"  # the copy that ships in tutor/data/ (the checksum is of the unzipped file)
@@ -37,7 +37,6 @@ SHA256 = "3c1dcc2ad4cecc470d21f91cd6d839ce48fb0740abf35cf3bebb6d094ba335c1"
 NUM_NAMES = 100_364  # names in that file
 EXPECTED = f"a text file with one name per line, such as {FILENAME}"
 
-LETTERS = frozenset(alphabet) - {itos[PAD_X], itos[PAD_Y]}  # a-z: the alphabet without its two paddings
 MAX_NAME_LETTERS = 40  # a longer "name" is not a name (the longest in allnames.txt has 15 letters)
 
 

@@ -390,7 +390,7 @@ class BPETokenizer:
             self._cache[token] = ids
         return ids
 
-    def _pieces(self, text):
+    def pieces(self, text):
         """``(piece, is_special)`` for every special token and pre-token of ``text``, in order."""
         for part, special in split_on_special(text, self.special_tokens):
             if special:
@@ -399,7 +399,8 @@ class BPETokenizer:
                 for token in self.pattern.findall(part):
                     yield token, False
 
-    def _ids(self, piece, special):
+    def piece_ids(self, piece, special):
+        """The ids of one piece of ``pieces``."""
         return [self.special_ids[piece]] if special else self.encode_pretoken(piece)
 
     def encode(self, text: str) -> list[int]:
@@ -409,11 +410,11 @@ class BPETokenizer:
                     else ": encode_iterable takes a file or a list of lines" if isinstance(text, (list, tuple)) else "")
             raise TypeError(f"encode takes a str, got {type(text).__name__}{hint}")
         ids = []
-        for piece, special in self._pieces(text):
-            ids.extend(self._ids(piece, special))
+        for piece, special in self.pieces(text):
+            ids.extend(self.piece_ids(piece, special))
         return ids
 
-    def _stable_end(self, buffer: str) -> int:
+    def stable_end(self, buffer: str) -> int:
         """How far ``buffer`` may be encoded now, whatever text comes after it: the pieces that end at or
         before this index are final.
 
@@ -450,19 +451,19 @@ class BPETokenizer:
                                     + (": open the file in text mode, open(path, encoding='utf-8')"
                                        if isinstance(chunk, (bytes, bytearray)) else ""))
                 buffer += chunk
-                stable = self._stable_end(buffer)
+                stable = self.stable_end(buffer)
                 done = 0
-                for piece, special in self._pieces(buffer):
+                for piece, special in self.pieces(buffer):
                     if done + len(piece) > stable:
                         break
-                    yield from self._ids(piece, special)
+                    yield from self.piece_ids(piece, special)
                     done += len(piece)
                 buffer = buffer[done:]
         except UnicodeDecodeError as error:
             raise ValueError(f"the text is not valid UTF-8 ({error.reason} at byte {error.start} of a chunk): "
                              "open the file with the right encoding, or with errors='replace'") from error
-        for piece, special in self._pieces(buffer):
-            yield from self._ids(piece, special)
+        for piece, special in self.pieces(buffer):
+            yield from self.piece_ids(piece, special)
 
     # --- decoding ---
 

@@ -6,9 +6,8 @@ import torch
 from matplotlib.patches import Rectangle
 
 from tutor import reference as ref
+from tutor.reference.characters import LETTERS
 from tutor.viz.core import heatmap, interactive
-
-LETTERS = [ch for ch in ref.alphabet if ch.isalpha()]
 
 
 def _clean(word: str) -> str:
@@ -117,6 +116,6 @@ def leak_explorer(name: str = "laika", attention=None, position: int = 2, letter
     name = _clean(name)
     pos = widgets.IntSlider(value=position, min=0, max=len(name) - 1, description="position:",
                             continuous_update=False)
-    let = widgets.Dropdown(options=LETTERS, value=letter, description="new letter:")
+    let = widgets.Dropdown(options=list(LETTERS), value=letter, description="new letter:")
     return interactive(lambda position, letter: leak_plot(name, position, letter, attention),
                        {"position": position, "letter": letter}, position=pos, letter=let)

@@ -21,7 +21,7 @@ from tutor.data import PAD_Y, name_starts, padding_fraction, same_name_mask
 from tutor.train import sample_names
 from tutor.viz.core import grid_for, heatmap, interactive
 
-LETTERS = ref.alphabet[:-1]  # ' ' (a name's start and end) and a-z: the alphabet without the target padding '.'
+CONTEXT_CHARS = ref.alphabet[:-1]  # ' ' (a name's start and end) and a-z: the alphabet without the target padding '.'
 
 
 # --- the data and the baseline -------------------------------------------------------------------
@@ -31,7 +31,7 @@ def bigram_counts(model, title="bigram counts: how often the column letter follo
     """The 27 x 27 count table of a ``BigramModel`` (' ' marks the start and the end of a name)."""
     counts = model.counts[:27, :27]
     fig, ax = plt.subplots(figsize=(9, 8))
-    heatmap(counts.log1p(), LETTERS, LETTERS, ax=ax, annotate=False, colorbar=False,
+    heatmap(counts.log1p(), CONTEXT_CHARS, CONTEXT_CHARS, ax=ax, annotate=False, colorbar=False,
             title=title, xlabel="next character", ylabel="current character")
     fig.colorbar(ax.images[0], ax=ax, fraction=0.046, pad=0.04, label="log(1 + count)")
     fig.tight_layout()
@@ -213,7 +213,7 @@ def samples_figure(model, temperature=1.0, n=12, seed=0, sample_fn=None):
     names = sample_fn(model, n=n, temperature=temperature, seed=seed)
     fig, (ax, text) = plt.subplots(1, 2, figsize=(10, 3.4), gridspec_kw={"width_ratios": [2.2, 1]})
     ax.bar(range(27), probs.tolist(), color="tab:blue")
-    ax.set_xticks(range(27), ["end"] + LETTERS[1:], fontsize=8)
+    ax.set_xticks(range(27), ["end"] + CONTEXT_CHARS[1:], fontsize=8)
     ax.set_xlabel("first letter")
     ax.set_ylabel("probability")
     ax.set_title(f"P(first letter) at temperature {temperature:.3g}")  # as the slider reads it
