@@ -7,6 +7,8 @@ never an exception, where the notebook can go on without it.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from tutor.data.gpt2 import INSTALL, Weights
@@ -84,3 +86,60 @@ def shapes(config: GPTConfig) -> dict[str, torch.Size]:
         except ImportError:
             state_dict = hf_state_dict(GPT(config))
     return {name: tensor.shape for name, tensor in state_dict.items()}
+
+
+def lora_against_peft(add_lora_fn=None, merge_fn=None, lora_class=None, *, r: int = 4, alpha: float = 8.0,
+                      verbose: bool = True, seed: int = 0) -> dict | None:
+    """The course's LoRA against Hugging Face's PEFT (notebook 13) on a random tiny GPT-2 (no download): PEFT's
+    ``LoraConfig(target_modules=["c_attn", "c_fc"])`` on ``transformers``' model, and ``add_lora_fn`` on the same
+    weights loaded into the course's GPT (q, k, v and fc), with PEFT's factors copied in (its ``B`` made random, so the
+    update shows; c_attn's one ``B`` is the three of q, k and v stacked, sharing its ``A``). Returns the largest logit
+    differences ``{"lora": ..., "merged": ..., "update": ...}`` (``merged``: ``merge_fn`` on every LoRA layer against
+    PEFT's ``merge_and_unload()``; ``update``: how far the LoRA moved PEFT's logits), or ``None`` with one line when
+    transformers or peft is missing."""
+    try:
+        import peft
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as error:
+        _say(f"{error.name} is not installed (pip install transformers peft), so the comparison with PEFT is "
+             f"skipped.", verbose)
+        return None
+    from tutor.reference.gpt2 import load_gpt2
+    from tutor.reference.lora import LoRALinear, add_lora, merge_lora
+
+    add_lora_fn, merge_fn, lora_class = add_lora_fn or add_lora, merge_fn or merge_lora, lora_class or LoRALinear
+    d, heads, layers, vocab = 32, 4, 2, 50
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' own deprecation notices, raised inside PEFT
+        torch.manual_seed(seed)
+        hf = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=16, n_embd=d, n_layer=layers, n_head=heads,
+                                        bos_token_id=vocab - 1, eos_token_id=vocab - 1)).eval()
+        ids = torch.randint(0, vocab, (2, 12))
+        with torch.no_grad():
+            plain = hf(ids).logits
+        course = load_gpt2(hf.state_dict(), heads).eval()
+        config = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=["c_attn", "c_fc"], lora_dropout=0.0,
+                                 fan_in_fan_out=True, bias="none")
+        theirs = peft.get_peft_model(hf, config).eval()
+        add_lora_fn(course, ["q_proj", "k_proj", "v_proj", "fc"], r, alpha, lora_class=lora_class)
+        with torch.no_grad():
+            for i in range(layers):
+                block, mine = theirs.base_model.model.transformer.h[i], course.blocks[i]
+                for layer, targets in ((block.attn.c_attn, (mine.attn.q_proj, mine.attn.k_proj, mine.attn.v_proj)),
+                                       (block.mlp.c_fc, (mine.mlp.fc,))):
+                    A, B = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+                    B.copy_(0.1 * torch.randn(B.shape))
+                    rows = B.shape[0] // len(targets)
+                    for j, target in enumerate(targets):
+                        target.A.copy_(A)
+                        target.B.copy_(B[j * rows:(j + 1) * rows])
+            theirs_logits, mine_logits = theirs(ids).logits, course(ids)
+            merged_theirs = theirs.merge_and_unload()(ids).logits
+            for name, module in list(course.named_modules()):
+                if isinstance(module, lora_class):
+                    parent, _, child = name.rpartition(".")
+                    setattr(course.get_submodule(parent), child, merge_fn(module))
+            merged_mine = course(ids)
+    return {"lora": (mine_logits - theirs_logits).abs().max().item(),
+            "merged": (merged_mine - merged_theirs).abs().max().item(),
+            "update": (theirs_logits - plain).abs().max().item()}

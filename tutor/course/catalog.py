@@ -65,6 +65,9 @@ NOTEBOOKS = [
     Notebook(12, "12_gpt2", "GPT-2 in your own model",
              "a strict loader of OpenAI's GPT-2 weights into your GPT, with logits equal to Hugging Face's; "
              "text from your tokenizer and your KV cache", 90, data=("shakespeare",)),
+    Notebook(13, "13_lora", "Adapting a pretrained model: LoRA and instruction tuning",
+             "a LoRA layer, put into a model by name and merged back; the labels of instruction tuning; full "
+             "fine-tuning, LoRA and the head alone, side by side", 75, data=("names",)),
 ]
 
 
@@ -146,6 +149,14 @@ EXERCISES = [
     _ex("split_qkv", 12, "split_qkv(tensor [3d, d] or [3d]) -> (q, k, v)"),
     _ex("load_gpt2", 12, "load_gpt2(state_dict, n_heads) -> GPT: strict (a missing, unexpected or mis-shaped tensor "
         "is a ValueError naming it)"),
+    # 13
+    _ex("LoRALinear", 13, "LoRALinear(base: nn.Linear, r, alpha): base frozen, A [r, in] random, B [out, r] zero; "
+        "forward(x) = base(x) + (alpha / r) * x @ A.T @ B.T"),
+    _ex("add_lora", 13, "add_lora(model, targets, r, alpha, lora_class=LoRALinear) -> list[str]: freeze the model, "
+        "wrap each nn.Linear whose name ends with a target"),
+    _ex("sft_example", 13, "sft_example(prompt, response, block_size) -> (x, y): the prompt's targets and the padding "
+        "are PAD_Y"),
+    _ex("merge_lora", 13, "merge_lora(layer) -> nn.Linear with weight W + (alpha / r) * B @ A, the same bias"),
 ]
 
 BY_NAME = {e.name: e for e in EXERCISES}

@@ -149,11 +149,13 @@ def _offline(offline: bool | None) -> bool:
     return env.offline() or env.is_true(os.environ.get("HF_HUB_OFFLINE"))
 
 
-def gpt2_weights(size: str = "small", *, verbose: bool = True, offline: bool | None = None) -> Weights | None:
+def gpt2_weights(size: str = "small", *, verbose: bool = True, offline: bool | None = None,
+                 skipped: str = "so this notebook runs on a random model of GPT-2's shape, and its text is gibberish",
+                 ) -> Weights | None:
     """GPT-2's ``model.safetensors`` of ``size`` (``"small"``: 124M), from the cache or downloaded once; ``None``,
-    with one line saying why, when it is not here and cannot be downloaded."""
+    with one line saying why, when it is not here and cannot be downloaded (ending with ``skipped``: what the
+    notebook does then)."""
     repo = REPOS[size]
-    skipped = "so this notebook runs on a random model of GPT-2's shape, and its text is gibberish"
     try:
         import huggingface_hub as hub  # seconds to import: only here
     except ImportError:

@@ -13,6 +13,7 @@ Every notebook imports what earlier notebooks taught from here, so it can be ope
 | ``scaling_up`` | 10 | ``get_batch``, ``flops_per_token``, ``average_gradients`` |
 | ``bpe`` | 11 | byte-level byte-pair encoding: ``train_bpe``, ``BPETokenizer``, ``bits_per_byte`` |
 | ``gpt2`` | 12 | GPT-2's weights: ``course_names``, ``to_linear``, ``split_qkv``, ``load_gpt2``, ``gpt2_from_hf`` |
+| ``lora`` | 13 | ``LoRALinear``, ``add_lora``, ``merge_lora``; ``sft_example``, the labels of instruction tuning |
 """
 
 from tutor.reference.attention import (  # noqa: F401
@@ -63,6 +64,7 @@ from tutor.reference.gpt2 import (  # noqa: F401
     to_linear,
 )
 from tutor.reference.layers import MLP, LayerNorm, ModernBlock, RMSNorm, SwiGLU, TransformerBlock  # noqa: F401
+from tutor.reference.lora import LoRALinear, add_lora, merge_lora, sft_example  # noqa: F401
 from tutor.reference.model import (  # noqa: F401
     GPT,
     GPT2_SIZES,

@@ -17,10 +17,11 @@ every widget displays with a static picture for GitHub, nbviewer and headless ru
 | ``modern`` | 09 | the KV cache, generation speed, two training runs |
 | ``bpe`` | 11 | text coloured by token, merges, compression, bits per byte |
 | ``gpt2`` | 12 | the two GELUs, generation speed with and without the cache, bits per byte |
+| ``lora`` | 13 | LoRA's factors beside the frozen weight, the targets instruction tuning counts, the methods compared |
 """
 
-from tutor.viz import attention, blocks, bpe, gpt2, heads, masking, model, modern, positional, training
+from tutor.viz import attention, blocks, bpe, gpt2, heads, lora, masking, model, modern, positional, training
 from tutor.viz.core import WithFallback, figure_png, heatmap, interactive
 
-__all__ = ["heatmap", "interactive", "figure_png", "WithFallback", "core",
-           "attention", "masking", "heads", "positional", "blocks", "model", "training", "modern", "bpe", "gpt2"]
+__all__ = ["heatmap", "interactive", "figure_png", "WithFallback", "core", "attention", "masking", "heads",
+           "positional", "blocks", "model", "training", "modern", "bpe", "gpt2", "lora"]

@@ -1,0 +1,177 @@
+"""Notebook 13's reference: LoRA equal to Hugging Face's PEFT on a GPT-2 loaded with notebook 12's loader, merged
+and not; the labels of instruction tuning; the payoff's pieces (instructions, methods, what trains, sampling)."""
+
+import copy
+import pathlib
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tutor import huggingface as hf
+from tutor import reference as ref
+from tutor.reference import PAD_Y
+from tutor.train import finetune as ft
+
+transformers = pytest.importorskip("transformers", reason="the PEFT comparison needs transformers (pip install "
+                                   "transformers peft)")
+peft = pytest.importorskip("peft", reason="PEFT is an extra: pip install 'transformers-from-scratch-tutor[lora]' "
+                           "(or peft)")
+
+D, HEADS, LAYERS, V, T = 32, 4, 2, 50, 12
+GPT2 = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gpt2"
+R, ALPHA = 4, 8
+
+
+def tiny_gpt2(seed=0):
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=D, n_layer=LAYERS, n_head=HEADS,
+                                     bos_token_id=V - 1, eos_token_id=V - 1)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def peft_and_course(targets=("c_attn", "c_fc")):
+    """PEFT's LoRA on a random tiny GPT-2, and the course's LoRA on the same GPT-2 loaded by notebook 12's loader, with
+    PEFT's factors (B made random, so the update shows) copied in: c_attn's B splits into q, k and v's."""
+    hf = tiny_gpt2()
+    course = ref.load_gpt2(hf.state_dict(), HEADS).eval()
+    config = peft.LoraConfig(r=R, lora_alpha=ALPHA, target_modules=list(targets), lora_dropout=0.0,
+                             fan_in_fan_out=True, bias="none")
+    with torch.no_grad():
+        theirs = peft.get_peft_model(copy.deepcopy(hf), config).eval()
+    ref.add_lora(course, ["q_proj", "k_proj", "v_proj", "fc"], R, ALPHA)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for i in range(LAYERS):
+            block = theirs.base_model.model.transformer.h[i]
+            for name, layer in (("c_attn", block.attn.c_attn), ("c_fc", block.mlp.c_fc)):
+                layer.lora_B["default"].weight.copy_(0.1 * torch.randn(layer.lora_B["default"].weight.shape,
+                                                                       generator=g))
+                A, B = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+                mine = course.blocks[i]
+                if name == "c_attn":
+                    for j, proj in enumerate((mine.attn.q_proj, mine.attn.k_proj, mine.attn.v_proj)):
+                        proj.A.copy_(A)
+                        proj.B.copy_(B[j * D:(j + 1) * D])
+                else:
+                    mine.mlp.fc.A.copy_(A)
+                    mine.mlp.fc.B.copy_(B)
+    return theirs, course
+
+
+def ids():
+    return torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(2))
+
+
+def test_the_course_lora_gives_peft_s_logits_merged_or_not():
+    compared = hf.lora_against_peft()
+    assert compared["update"] > 1e-2  # the update shows in the logits
+    assert compared["lora"] < 1e-5 and compared["merged"] < 1e-5, compared
+
+
+def test_the_comparison_with_peft_can_fail():
+    class HalfScale(ref.LoRALinear):  # alpha / (2 r): a wrong scale
+        def forward(self, x):
+            return self.base(x) + 0.5 * self.scale * (x @ self.A.T @ self.B.T)
+
+    compared = hf.lora_against_peft(lora_class=HalfScale, verbose=False)
+    assert compared["lora"] > 1e-3
+
+
+def test_our_own_copy_of_peft_s_factors_gives_its_logits():
+    theirs, course = peft_and_course()
+    with torch.no_grad():
+        torch.testing.assert_close(course(ids()), theirs(ids()).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_peft_and_the_course_train_the_same_number_of_parameters():
+    theirs, course = peft_and_course()
+    theirs_trainable = sum(p.numel() for p in theirs.parameters() if p.requires_grad)
+    # c_attn's one A [r, d] is three A's in the course (q, k, v each take their own): 2 x r x d more per layer
+    assert sum(p.numel() for p in course.parameters() if p.requires_grad) == theirs_trainable + LAYERS * 2 * R * D
+
+
+# --- the reference on its own ---------------------------------------------------------------------------------------
+
+
+def test_lora_starts_equal_and_only_the_factors_train():
+    base = nn.Linear(6, 5)
+    layer = ref.LoRALinear(base, 2, 4)
+    x = torch.randn(3, 6)
+    assert torch.equal(layer(x), base(x))
+    assert [n for n, p in layer.named_parameters() if p.requires_grad] == ["A", "B"]
+    layer(x).sum().backward()
+    assert layer.A.grad.abs().sum() == 0 and layer.B.grad.abs().sum() > 0  # B = 0: only B moves at the first step
+    assert base.weight.grad is None
+
+
+def test_add_lora_names_a_missing_target():
+    model = ref.GPT(ref.GPTConfig())
+    with pytest.raises(ValueError, match="qproj"):
+        ref.add_lora(model, ["qproj"], 2, 4)
+
+
+def test_sft_example_refuses_what_does_not_fit():
+    with pytest.raises(ValueError, match="do not fit"):
+        ref.sft_example([0, 1, 2], [3, 4, 5], 4)
+    with pytest.raises(ValueError):
+        ref.sft_example([], [3, 4], 4)
+
+
+# --- the payoff's pieces ------------------------------------------------------------------------------------------
+
+
+def test_instructions_are_balanced_and_fit_the_block():
+    ins = ft.Instructions.of(["ann", "anna", "laika", "sophie", "gabriel", "kimberly", "bo", "christopher"])
+    pairs = ins.pairs(600)
+    lengths = [len(r) - 1 for _, r in pairs]  # the response ends with ' '
+    assert set(lengths) == set(ft.WORDS) and min(lengths.count(n) for n in ft.WORDS) > 60
+    for p, r in pairs:
+        assert ref.decode(p) == ft.prompt(len(r) - 1) and len(p) + len(r) - 1 <= ft.BLOCK
+    x, y = next(ins.batches(8))
+    assert x.shape == y.shape == (8, ft.BLOCK)
+    x, y = next(ins.batches(8, mask_prompt=False))
+    assert (y[:, 0] != PAD_Y).all()  # the prompt's first target is counted
+
+
+def test_word_positions_restart_at_every_space():
+    model = ref.GPT(ref.GPTConfig())
+    seen = {}
+    model.pos_emb.register_forward_hook(lambda module, args, out: seen.update(positions=args[0]))
+    ft.WordPositions(model)(torch.tensor([ref.encode(" five laika")]))
+    assert seen["positions"].tolist()[0] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("method, trainable", [("full fine-tuning", None), ("LoRA r=4", 4 * 2 * 1152),
+                                               ("head alone", 64 * 28)])
+def test_each_method_trains_what_it_says(method, trainable):
+    base = ref.GPT(ref.GPTConfig(n_layers=2))
+    model = ft.prepare(base, method)
+    expected = sum(p.numel() for p in base.parameters()) if trainable is None else trainable
+    assert ft.trainable_parameters(model) == expected
+    assert all(p.requires_grad for p in base.parameters())  # the base model itself is left as it was
+
+
+def test_sampled_names_follow_the_prompt_and_stop_at_the_end():
+    torch.manual_seed(0)
+    names = ft.sample_lengths(ref.GPT(ref.GPTConfig(n_layers=1)), 5, 20, seed=0)
+    assert len(names) == 20 and all(set(n) <= set("abcdefghijklmnopqrstuvwxyz") for n in names)
+
+
+def test_gpt2_on_shakespeare_offline_is_one_line(monkeypatch, capsys):
+    from tutor.data import gpt2 as gpt2_data
+
+    monkeypatch.setattr(gpt2_data, "gpt2_weights", lambda verbose=True, **kw: print("not here") or None)
+    assert ft.gpt2_on_shakespeare() is None
+    assert capsys.readouterr().out == "not here\n"
+
+
+def test_gpt2_on_shakespeare_adapts_a_gpt2_shaped_model():
+    if not (GPT2 / "encoder.json").exists():
+        pytest.skip("../shared/data/gpt2 is not here")
+    tokenizer = ref.BPETokenizer.from_files(GPT2 / "encoder.json", GPT2 / "vocab.bpe", ["<|endoftext|>"])
+    torch.manual_seed(0)
+    tiny = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=128))
+    out = ft.gpt2_on_shakespeare(weights=tiny.state_dict(), tokenizer=tokenizer, n_heads=2, quick=True)
+    assert out["trainable"] == 2 * 4 * 8 * (32 + 32) and out["steps"] == 4
+    assert 3 < out["before"] < 6 and out["after"] < out["before"]  # random: ln 50257 nats over ~4 bytes a token

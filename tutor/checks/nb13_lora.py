@@ -1,0 +1,375 @@
+"""Checks for notebook 13: adapting a pretrained model (LoRALinear, add_lora, merge_lora, sft_example).
+
+A learner's LoRA layer is found by what it does, not by its attribute names: its trainable parameters must be the two
+factors, ``A`` of shape ``[r, in_features]`` and ``B`` of shape ``[out_features, r]`` (``nn.Parameter``s, or the
+weights of two bias-free ``nn.Linear``s as PEFT has them), and the base layer's weights, kept or copied, frozen. The
+check copies random values into the factors to compare the forward pass with the formula.
+"""
+
+import copy
+
+import torch
+import torch.nn as nn
+
+from tutor import reference as ref
+from tutor.checks.compare import expect_close, shape_text
+from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, is_signature_error
+
+__all__ = ["LoRALinear", "add_lora", "sft_example", "merge_lora"]
+
+FORMULA = "base(x) + (alpha / r) * x @ A.T @ B.T, with A [r, in_features] and B [out_features, r]"
+
+
+def _linear(d_in, d_out, bias=True, seed=0):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Linear(d_in, d_out, bias=bias)
+
+
+def _factors(layer, base, r, what):
+    """The learner's ``(A, B)``: its two trainable parameters, told apart by shape."""
+    trainable = [(n, p) for n, p in layer.named_parameters() if p.requires_grad]
+    frozen_base = [n for n, p in layer.named_parameters()
+                   if p.requires_grad and tuple(p.shape) in {tuple(base.weight.shape), (base.out_features,)}]
+    if frozen_base:
+        raise Mismatch(f"the base layer's weights still train in {what}",
+                       [f"trainable: {', '.join(n + ' ' + shape_text(p.shape) for n, p in trainable)}"],
+                       hint="freeze them: base.weight.requires_grad_(False), and the bias too (for p in "
+                            "base.parameters(): p.requires_grad_(False)); only A and B train")
+    a_shape, b_shape = (r, base.in_features), (base.out_features, r)
+    by_shape = {tuple(p.shape): p for _, p in trainable}
+    if len(trainable) != 2 or a_shape not in by_shape or b_shape not in by_shape:
+        transposed = {a_shape[::-1], b_shape[::-1]} <= set(by_shape)
+        listed = ", ".join(n + " " + shape_text(p.shape) for n, p in trainable) or "none"
+        raise Mismatch(f"{what} should train exactly two factors, A {shape_text(a_shape)} and B {shape_text(b_shape)}",
+                       [f"trainable parameters: {listed}"],
+                       hint="store A as [r, in_features] and B as [out_features, r] (PEFT's layout, and nn.Linear's "
+                            "[out, in])" if transposed else
+                       "self.A = nn.Parameter(torch.empty(r, base.in_features)), self.B = nn.Parameter(torch.zeros("
+                       "base.out_features, r)); nothing else trains")
+    return by_shape[a_shape], by_shape[b_shape]
+
+
+def _lora_output(base, A, B, scale, x):
+    return base(x) + scale * (x @ A.T @ B.T)
+
+
+def _scale_mistakes(base, A, B, r, alpha, x):
+    def out(scale):
+        return lambda: _lora_output(base, A, B, scale, x)
+
+    mistakes = [(f"the update is scaled by r / alpha = {r / alpha:g}; the scale is alpha / r = {alpha / r:g}",
+                 out(r / alpha)),
+                (f"the update is scaled by alpha = {alpha:g} alone; the scale is alpha / r = {alpha / r:g}",
+                 out(alpha)),
+                (f"the update is not scaled; multiply it by alpha / r = {alpha / r:g}", out(1.0)),
+                (f"the update is scaled by 1 / r; the scale is alpha / r = {alpha / r:g}", out(1 / r)),
+                ("the update is added without the base layer's output: return base(x) + the update",
+                 lambda: (alpha / r) * (x @ A.T @ B.T)),
+                ("the update misses the base layer's bias: keep base(x) as it is (weight and bias) and add the update",
+                 lambda: _lora_output(base, A, B, alpha / r, x) - (base.bias if base.bias is not None else 0))]
+    if base.in_features == base.out_features:
+        mistakes.append(("A and B are multiplied in the wrong order: x @ B @ A; the update is x @ A.T @ B.T (first "
+                         "down to r with A, then up with B)", lambda: base(x) + (alpha / r) * (x @ B @ A)))
+    return mistakes
+
+
+def _forward(layer, x):
+    try:
+        return call(layer, x, what=f"layer(x) with x {shape_text(x.shape)}")
+    except LearnerError as e:
+        if not is_signature_error(e.error) and ("shape" in str(e.error) or "size of tensor" in str(e.error)):
+            e.hint = ("A and B multiplied in the wrong order? x @ A.T takes x down to r numbers ([..., r]), then "
+                      "@ B.T up to out_features: x @ A.T @ B.T")
+        raise
+
+
+LAYER_CASES = [  # (label, d_in, d_out, bias, r, alpha)
+    ("nn.Linear(12, 20), r = 4, alpha = 8", 12, 20, True, 4, 8.0),
+    ("nn.Linear(16, 16) without bias, r = 2, alpha = 16", 16, 16, False, 2, 16.0),
+    ("nn.Linear(10, 6), r = 1, alpha = 1", 10, 6, True, 1, 1.0),
+]
+
+
+@check
+def LoRALinear(cls):
+    g = torch.Generator().manual_seed(0)
+    for label, d_in, d_out, bias, r, alpha in LAYER_CASES:
+        with case(label):
+            base = _linear(d_in, d_out, bias)
+            original = copy.deepcopy(base)
+            layer = build(cls, base, r, alpha, what=f"LoRALinear(nn.Linear({d_in}, {d_out}), r={r}, alpha={alpha:g})")
+            A, B = _factors(layer, base, r, "your LoRA layer")
+            x = torch.randn(2, 5, d_in, generator=g)
+            expected = original(x).detach()
+            got = _forward(layer, x)
+            if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.allclose(got, expected,
+                                                                                                   atol=1e-5):
+                if B.abs().sum() > 0:
+                    raise Mismatch("the adapted layer does not start equal to the base layer: B starts random",
+                                   [f"largest difference from base(x) at the start: "
+                                    f"{(got - expected).abs().max().item():.3g}"],
+                                   hint="start B at zero (torch.zeros), A random: the update B A x is then zero, and "
+                                        "fine-tuning starts from the pretrained model itself")
+            expect_close(got, expected, "the output at the start (B = 0: equal to base(x))",
+                         hint="at the start B = 0, so the layer must give base(x) exactly",
+                         mistakes=[("the base layer's bias is missing: return base(x) (weight and bias) plus the "
+                                    "update", lambda: x @ original.weight.detach().T)])
+            if A.abs().sum() == 0 and B.abs().sum() > 0:
+                raise Mismatch("A is zero and B random: the factors start the other way round",
+                               hint="the other way round: A random (nn.init.kaiming_uniform_(A, a=math.sqrt(5)), as "
+                                    "PEFT) and B zero, as in the LoRA paper")
+            if A.abs().sum() == 0:
+                raise Mismatch("A and B both start at zero: no gradient reaches either factor, nothing trains",
+                               hint="A random (nn.init.kaiming_uniform_(self.A, a=math.sqrt(5)), as PEFT), B zero")
+            if A.detach().std() < 1e-3 or A.detach().std() > 10:
+                raise Mismatch(f"A starts with a standard deviation of {A.detach().std().item():.3g}",
+                               hint="draw A like an nn.Linear weight: nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))")
+            with torch.no_grad():  # random factors, to see the update
+                A.copy_(torch.randn(A.shape, generator=g))
+                B.copy_(torch.randn(B.shape, generator=g))
+            expected = _lora_output(original, A.detach(), B.detach(), alpha / r, x).detach()
+            got = _forward(layer, x)
+            expect_close(got, expected, f"the output with random A and B ({FORMULA})", atol=1e-4,
+                         mistakes=_scale_mistakes(original, A.detach(), B.detach(), r, alpha, x))
+            got.sum().backward()
+            if A.grad is None or B.grad is None:
+                raise Mismatch("no gradient reaches A or B", hint="use self.A and self.B in forward, without .detach()")
+    return "{cases} layers: starts equal to the base, alpha / r, only A and B train"
+
+
+# --- add_lora -----------------------------------------------------------------------------------------------------
+
+SMALL = dict(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2)
+ADD_CASES = [  # (label, targets, names it must replace)
+    ("targets ['q_proj', 'v_proj']", ["q_proj", "v_proj"],
+     ["blocks.0.attn.q_proj", "blocks.0.attn.v_proj", "blocks.1.attn.q_proj", "blocks.1.attn.v_proj"]),
+    ("targets ['proj']: the MLP's proj, not q_proj or out_proj", ["proj"], ["blocks.0.mlp.proj", "blocks.1.mlp.proj"]),
+    ("targets ['attn.out_proj', 'blocks.1.mlp.fc'] (a longer end, a whole name)", ["attn.out_proj", "blocks.1.mlp.fc"],
+     ["blocks.0.attn.out_proj", "blocks.1.attn.out_proj", "blocks.1.mlp.fc"]),
+    ("targets ['head'] (a layer at the top of the model)", ["head"], ["head"]),
+]
+
+
+def _gpt(seed=0):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ref.GPT(ref.GPTConfig(**SMALL)).eval()
+
+
+@check
+def add_lora(fn):
+    r, alpha = 2, 4.0
+    ids = torch.randint(0, SMALL["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(0))
+    for label, targets, names in ADD_CASES:
+        with case(label):
+            model = _gpt()
+            before = model(ids).detach()
+            try:
+                got = call(fn, model, list(targets), r, alpha, lora_class=ref.LoRALinear,
+                           what=f"add_lora(model, {targets}, r={r}, alpha={alpha:g}, lora_class=LoRALinear)")
+            except LearnerError as e:
+                if is_signature_error(e.error):
+                    e.hint = ("add_lora takes lora_class=LoRALinear as its last argument and builds "
+                              "lora_class(linear, r, alpha) for each target")
+                raise
+            wrapped = [n for n, m in model.named_modules() if isinstance(m, ref.LoRALinear)]
+            if sorted(wrapped) != sorted(names):
+                extra, missing = sorted(set(wrapped) - set(names)), sorted(set(names) - set(wrapped))
+                hint = "match the end of a layer's name: name == target or name.endswith('.' + target)"
+                if any(n.endswith("_proj") for n in extra) and "proj" in targets:
+                    hint = ("'proj' in name also matches q_proj and out_proj: " + hint)
+                elif not wrapped:
+                    hint = ("replace each layer in its parent: parent = model.get_submodule(name.rpartition('.')[0]); "
+                            "setattr(parent, child_name, lora_class(layer, r, alpha)). " + hint)
+                raise Mismatch(f"add_lora replaced the wrong layers for {targets}",
+                               [f"expected {names}", f"got      {sorted(wrapped)}"]
+                               + ([f"not replaced: {missing}"] if missing else [])
+                               + ([f"replaced but not asked for: {extra}"] if extra else []), hint)
+            if not isinstance(got, (list, tuple)) or sorted(got) != sorted(names):
+                raise Mismatch("add_lora should return the names it replaced",
+                               [f"expected {names}", f"got      {got!r}"], hint="collect them in a list and return it")
+            trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
+            factors = sorted(f"{n}.{f}" for n in names for f in ("A", "B"))
+            if trainable != factors:
+                rest = [n for n in trainable if n not in factors]
+                if not trainable:
+                    raise Mismatch("nothing in the model trains: the LoRA factors were frozen too",
+                                   hint="freeze the model's parameters first, then add the LoRA layers (their A and "
+                                        "B are created trainable)")
+                raise Mismatch(f"{len(rest)} parameters that are not LoRA factors still train",
+                               [f"for example {rest[:4]}"],
+                               hint="freeze every parameter of the model first: for p in model.parameters(): "
+                                    "p.requires_grad_(False); then add the LoRA layers")
+            expect_close(model(ids).detach(), before, "the model's logits right after add_lora (B = 0)",
+                         hint="a LoRA layer starts equal to the layer it wraps: did a layer lose its weights?")
+    with case("a target that names no layer: 'qproj'"):
+        model = _gpt()
+        try:
+            got = call(fn, model, ["qproj"], r, alpha, lora_class=ref.LoRALinear,
+                       what="add_lora(model, ['qproj'], ...)")
+        except LearnerError as e:
+            if not isinstance(e.error, ValueError):
+                raise
+        else:
+            raise Mismatch("add_lora(model, ['qproj'], ...) returned without an error, though no layer is called "
+                           "'qproj'", [f"it returned {got!r}"],
+                           hint="raise ValueError naming the target: a typo would otherwise train nothing silently")
+    return "{cases} cases: by the end of the name, the rest frozen, a typo is an error"
+
+
+# --- merge_lora ---------------------------------------------------------------------------------------------------
+
+
+def _lora_layer(d_in, d_out, bias, r, alpha, seed):
+    layer = ref.LoRALinear(_linear(d_in, d_out, bias, seed), r, alpha)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        layer.A.copy_(torch.randn(layer.A.shape, generator=g))
+        layer.B.copy_(torch.randn(layer.B.shape, generator=g) * 0.1)
+    return layer
+
+
+def _merge_mistakes(layer, x):
+    W, A, B, s = layer.base.weight.detach(), layer.A.detach(), layer.B.detach(), layer.scale
+    bias = layer.base.bias.detach() if layer.base.bias is not None else 0
+
+    def out(weight, b=bias):
+        return lambda: x @ weight.T + b
+
+    mistakes = [(f"the scale is missing: the merged weight is W + (alpha / r) * B @ A, alpha / r = {s:g}",
+                 out(W + B @ A)),
+                (f"the scale is r / alpha; it is alpha / r = {s:g}", out(W + (1 / s) * (B @ A))),
+                ("the update was added twice: merge it once, W + (alpha / r) * B @ A", out(W + 2 * s * (B @ A))),
+                ("the bias was lost: copy base.bias into the merged layer", out(W + s * (B @ A), 0)),
+                ("the merged weight is the update alone: add it to the base weight W", out(s * (B @ A)))]
+    if W.shape[0] == W.shape[1]:
+        mistakes.append(("the update is transposed: nn.Linear stores its weight [out, in], and B @ A is [out, in]; "
+                         "A.T @ B.T is its transpose", out(W + s * (A.T @ B.T))))
+    return mistakes
+
+
+MERGE_CASES = [  # (label, d_in, d_out, bias, r, alpha)
+    ("nn.Linear(12, 20) with bias, r = 4, alpha = 8", 12, 20, True, 4, 8.0),
+    ("nn.Linear(16, 16) without bias, r = 2, alpha = 16", 16, 16, False, 2, 16.0),
+    ("nn.Linear(8, 8) with bias, r = 8, alpha = 2", 8, 8, True, 8, 2.0),
+]
+
+
+@check
+def merge_lora(fn):
+    g = torch.Generator().manual_seed(2)
+    for label, d_in, d_out, bias, r, alpha in MERGE_CASES:
+        with case(label):
+            layer = _lora_layer(d_in, d_out, bias, r, alpha, seed=d_in + r)
+            x = torch.randn(3, 4, d_in, generator=g)
+            expected = layer(x).detach()
+            state = {k: v.clone() for k, v in layer.state_dict().items()}
+            try:
+                merged = call(fn, layer, what="merge_lora(layer)")
+            except LearnerError as e:
+                if "size of tensor" in str(e.error) or "shape" in str(e.error):
+                    e.hint = ("the update is B @ A, of shape [out_features, in_features] like nn.Linear's weight; "
+                              "A.T @ B.T is the update transposed, [in_features, out_features]")
+                raise
+            if isinstance(merged, ref.LoRALinear) or not isinstance(merged, nn.Linear):
+                raise Mismatch(f"merge_lora returned {type(merged).__name__}, not a plain nn.Linear",
+                               hint="build nn.Linear(base.in_features, base.out_features, bias=base.bias is not None) "
+                                    "and copy the merged weight (and the bias) into it under torch.no_grad()")
+            changed = [k for k, v in layer.state_dict().items() if not torch.equal(v, state[k])]
+            if changed:
+                raise Mismatch(f"merge_lora changed the LoRA layer it was given ({', '.join(changed)})",
+                               hint="merging in place into layer.base.weight makes the LoRA layer add B A twice (its "
+                                    "base now holds it, and it adds it again): build a new nn.Linear")
+            if (merged.bias is None) != (layer.base.bias is None):
+                raise Mismatch("the merged layer's bias does not match the base layer's",
+                               [f"base bias: {'none' if layer.base.bias is None else 'yes'}; merged bias: "
+                                f"{'none' if merged.bias is None else 'yes'}"],
+                               hint="nn.Linear(..., bias=base.bias is not None), then copy base.bias into it")
+            got = call(merged, x, what="merged(x)")
+            expect_close(got, expected, "the merged layer's output (it must equal the LoRA layer's)", atol=1e-4,
+                         mistakes=_merge_mistakes(layer, x))
+    return "{cases} layers: the same outputs as the LoRA layer, which is left as it was"
+
+
+# --- sft_example --------------------------------------------------------------------------------------------------
+
+
+def _ids(text):
+    return ref.encode(text)
+
+
+SFT_CASES = [  # (label, prompt ids, response ids, block_size)
+    ("prompt ' five ', response 'laika ', block 15", _ids(" five "), _ids("laika "), 15),
+    ("a prompt of one token (the start ' '), response 'ann ', block 6", _ids(" "), _ids("ann "), 6),
+    ("an exact fit: ' seven ' + 'kimberly ', block 15", _ids(" seven "), _ids("kimberly "), 15),
+    ("a response of one token, block 10", _ids(" six "), _ids(" "), 10),
+]
+
+
+def _sft_mistakes(prompt, response, block):
+    ids = prompt + response
+    n = len(ids) - 1
+    pad = block - n
+    P, Y = ref.PAD_X, ref.PAD_Y
+
+    def targets(kept_from, fill=Y, shift=1):
+        seq = ids[shift:shift + n] if shift else ids[:n]
+        return torch.tensor([t if i >= kept_from else Y for i, t in enumerate(seq)] + [fill] * pad)
+
+    return [
+        ("the first response token is ignored: target i is token i + 1, so the first target of the response is at "
+         "index len(prompt) - 1 (the shift moves the boundary one to the left)", lambda: targets(len(prompt))),
+        ("the last token of the prompt is counted as a target: ignore the targets at indices 0 .. len(prompt) - 2; "
+         "index len(prompt) - 1 is the response's first token", lambda: targets(len(prompt) - 2)),
+        ("the prompt is counted: its targets must be ignore_index (PAD_Y), so that the loss counts the response "
+         "alone", lambda: targets(0)),
+        ("the padding is counted: pad the targets with PAD_Y (the loss's ignore_index), not PAD_X",
+         lambda: targets(len(prompt) - 1, fill=P)),
+        ("the targets are not shifted: y is the sequence from its second token (y[i] = ids[i + 1])",
+         lambda: targets(len(prompt) - 1, shift=0)),
+    ]
+
+
+@check
+def sft_example(fn):
+    for label, prompt, response, block in SFT_CASES:
+        with case(label):
+            x_ref, y_ref = ref.sft_example(prompt, response, block)
+            got = call(fn, list(prompt), list(response), block,
+                       what=f"sft_example({ref.decode(prompt)!r} ids, {ref.decode(response)!r} ids, {block})")
+            if not isinstance(got, (tuple, list)) or len(got) != 2:
+                raise Mismatch(f"sft_example should return (x, y), got {type(got).__name__}",
+                               hint="return two LongTensors of length block_size: x, y")
+            x, y = got
+            for what, tensor, want in (("x", x, x_ref), ("y", y, y_ref)):
+                if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.long:
+                    raise Mismatch(f"{what} should be a LongTensor",
+                                   [f"got {type(tensor).__name__}" + (f" of {tensor.dtype}"
+                                                                       if isinstance(tensor, torch.Tensor) else "")],
+                                   hint="torch.tensor(list_of_ids) gives a LongTensor")
+                if tuple(tensor.shape) != tuple(want.shape):
+                    raise Mismatch(f"{what} has shape {shape_text(tensor.shape)}, expected {shape_text(want.shape)}",
+                                   hint="len(prompt) + len(response) - 1 tokens, padded to block_size")
+            if not torch.equal(x, x_ref):
+                n = len(prompt) + len(response) - 1
+                hint = ("pad x with PAD_X (' ', the start token), not PAD_Y" if torch.equal(x[:n], x_ref[:n])
+                        and bool((x[n:] == ref.PAD_Y).all()) else
+                        "x is every token but the last, prompt and response together, then padding")
+                raise Mismatch("x is wrong", [f"expected {x_ref.tolist()}", f"got      {x.tolist()}"], hint)
+            if not torch.equal(y, y_ref):
+                cause = next((text for text, make in _sft_mistakes(prompt, response, block)
+                              if not torch.equal(make(), y_ref) and torch.equal(make(), y)), None)
+                raise Mismatch("y (the targets) is wrong", [f"expected {y_ref.tolist()}", f"got      {y.tolist()}",
+                                                            f"(PAD_Y = {ref.PAD_Y} is the ignore_index)"], cause)
+    with case("' seven ' + 'kimberly ' in a block of 14: one token too many"):
+        try:
+            got = call(fn, _ids(" seven "), _ids("kimberly "), 14, what="sft_example(..., 14)")
+        except LearnerError as e:
+            if not isinstance(e.error, ValueError):
+                raise
+        else:
+            raise Mismatch("sft_example returned a cut example instead of raising ValueError",
+                           hint="a sequence of more than block_size + 1 tokens does not fit: raise ValueError rather "
+                                "than cut off the end of the response")
+    return "{cases} cases: the prompt and the padding ignored, the response counted from its first token"
