@@ -1,0 +1,273 @@
+"""Every GPU figure of the course from one command, for one short window on one GPU (about 8 minutes).
+
+    python benchmarks/gpu_report.py --out gpu-report          # on a GPU: the figures the README's GPU table wants
+    python benchmarks/gpu_report.py --tiny --out /tmp/report  # on a CPU: every section, a few steps each (CI)
+
+It writes ``report.json`` and ``report.md`` (a Markdown table ready to paste into the README) to ``--out``, and prints
+each section as it ends. A section that fails is written with its error and the report goes on: a short GPU window
+is never lost to one mistake. The sections, each measured in this one run on this one machine:
+
+1. the device, and the matrix-product peak measured on it (float32 and bfloat16): the denominator of MFU;
+2. notebook 10's GPU preset on tiny Shakespeare (``long_run``, bf16 autocast, ``torch.compile``): the wall time at
+   which validation first reaches 1.47 (nanoGPT's recipe's loss), the final loss, tokens/s, MFU, peak memory;
+3. nanoGPT's own shakespeare-char recipe on the same GPU and text (``--nanogpt DIR``, a checkout): its time to the
+   same loss, from its log; without a checkout, nanoGPT's published figure, labelled as quoted;
+4. notebook 08's GPU preset on the names: loss excluding the first letter, time, peak memory;
+5. ``torchrun --nproc-per-node 1 -m tutor.scale``: the data-parallel path (NCCL on a GPU, Gloo on a CPU), one process;
+6. the KV cache: generation with and without it on notebook 09's ModernGPT, and GPT-2 small's shape (random weights)
+   generating 64 tokens: tokens/s and memory.
+
+``--tiny`` shrinks every run to a few steps (and the models of section 6), so that CI proves the code runs on a CPU;
+its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tutor import data  # noqa: E402
+from tutor import reference as ref  # noqa: E402
+from tutor import train as tr  # noqa: E402
+from tutor.train import long_run  # noqa: E402
+
+TARGET = 1.47  # nanoGPT's shakespeare-char recipe: "val loss 1.4697" in its README
+NANOGPT_QUOTED = "about 3 minutes on one A100 (nanoGPT's README, quoted, not measured here)"
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory(device) -> float | None:
+    """GiB allocated at the most since the last reset (CUDA), or None."""
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def reset_memory(device):
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+# --- the sections ---------------------------------------------------------------------------------------------------
+
+
+def device_section(device, tiny):
+    row = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {tr.cpu_cores()} cores",
+           "torch": torch.__version__, "cuda": torch.version.cuda}
+    size = 256 if tiny else 8192
+    row["matmul_fp32_tflops"] = tr.measure_matmul_flops(device, torch.float32, size=size) / 1e12
+    if (device.type == "cuda" and torch.cuda.is_bf16_supported()) or device.type == "cpu":
+        row["matmul_bf16_tflops"] = tr.measure_matmul_flops(device, torch.bfloat16, size=size) / 1e12
+    return row
+
+
+class TimeToTarget:
+    """The ``plot`` of ``long_run.train``: called after every evaluation, it notes the wall time at which the
+    validation loss first reached ``target`` (evaluations included in that time)."""
+
+    def __init__(self, target):
+        self.target, self.start, self.reached = target, time.perf_counter(), None
+        self.points = []
+
+    def update(self, history):
+        seconds = time.perf_counter() - self.start
+        self.points.append((history.val_steps[-1] + 1, history.val_loss[-1], seconds))
+        if self.reached is None and history.val_loss[-1] <= self.target:
+            self.reached = (history.val_steps[-1] + 1, seconds)
+
+
+def shakespeare_section(device, tiny):
+    text_data = data.shakespeare_data(verbose=False)
+    config = long_run.preset("gpu" if device.type == "cuda" else "tiny", device)
+    if tiny:
+        config = replace(long_run.PRESETS["tiny"], steps=6, eval_every=3, eval_batches=2)
+    reset_memory(device)
+    clock = TimeToTarget(TARGET if not tiny else 10.0)
+    with tempfile.TemporaryDirectory() as folder:
+        run = long_run.train(config, text_data=text_data, device=device, out_dir=folder, progress=False, plot=clock)
+    return {"preset": config.describe(), "bf16": config.bf16, "compile": config.compile, "steps": run.step,
+            "seconds": run.history.seconds, "final_val": run.history.val_loss[-1],
+            "target": clock.target, "reached_at_step": clock.reached[0] if clock.reached else None,
+            "reached_after_s": clock.reached[1] if clock.reached else None,
+            "clock": "wall time from the call (model, compile and evaluations included)",
+            "tokens_per_s": run.tokens_per_second,
+            "mfu": run.mfu, "mfu_of": run.peak_note, "peak_memory_gib": peak_memory(device)}
+
+
+def nanogpt_section(device, tiny, checkout):
+    if checkout is None:
+        return {"quoted": NANOGPT_QUOTED}
+    import nanogpt_anchor
+
+    work = nanogpt_anchor.prepare(checkout, data.load_shakespeare(verbose=False))
+    extra = (["--device=cpu", "--compile=False", "--dtype=float32", "--max_iters=4", "--eval_interval=2",
+              "--eval_iters=2", "--log_interval=1", "--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32",
+              "--batch_size=4"] if tiny else ["--device=cuda", "--log_interval=10"])
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "train.py", "config/train_shakespeare_char.py", *extra, "--out_dir=out"],
+                          cwd=work, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"nanoGPT's train.py failed:\n{done.stdout[-1500:]}{done.stderr[-2500:]}")
+    iters, elapsed, reached, vals = {}, 0.0, None, []
+    for line in done.stdout.splitlines():
+        if m := nanogpt_anchor.ITER_LINE.match(line):
+            elapsed += float(m.group(2)) / 1000  # its own per-iteration time (evaluations not counted)
+            iters[int(m.group(1))] = elapsed
+        elif m := nanogpt_anchor.VAL_LINE.match(line):
+            step, val = int(m.group(1)), float(m.group(3))
+            vals.append((step, val))
+            if reached is None and val <= (TARGET if not tiny else 10.0):
+                reached = (step, iters.get(step, elapsed))
+    return {"recipe": "config/train_shakespeare_char.py" + (" (tiny)" if tiny else ""), "wall_s": wall,
+            "final_val": vals[-1][1] if vals else None, "reached_at_step": reached[0] if reached else None,
+            "reached_after_s": reached[1] if reached else None,
+            "clock": "nanoGPT's own iteration times summed (compile included, evaluations not)"}
+
+
+def names_section(device, tiny):
+    import train_names
+
+    names = train_names.load()
+    train_names_, val_names = data.split_names(names, val_fraction=0.1, seed=0)
+    val_loader = data.make_loader(val_names, batch_size=512, shuffle=False)
+    config = tr.config_for(device)
+    if tiny:
+        config = train_names.with_steps(replace(config, bf16=False, compile=False, batch_size=32, eval_every=5), 10)
+    reset_memory(device)
+    run = train_names.train(config, device, train_names_, val_loader)
+    return {"preset": config.describe(), "steps": config.steps, "seconds": run["seconds"],
+            "val_excluding_first": run["excl"], "val_all": run["all"], "tokens_per_s": run["tokens_per_s"],
+            "peak_memory_gib": peak_memory(device)}
+
+
+def torchrun_section(device, tiny):
+    with tempfile.TemporaryDirectory() as folder:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+                   "-m", "tutor.scale", "--preset", "tiny" if tiny or device.type != "cuda" else "gpu",
+                   "--max-steps", "4" if tiny else "50", "--device", device.type, "--sample", "0", "--quiet",
+                   "--out-dir", folder]
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        start = time.perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"torchrun failed ({done.returncode}):\n{done.stdout[-1500:]}{done.stderr[-2500:]}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("device:", "step "))]
+    return {"backend": "NCCL" if device.type == "cuda" else "Gloo", "seconds": time.perf_counter() - start,
+            "log": lines}
+
+
+def generation_section(device, tiny):
+    def tokens_per_second(fn, model, prompt, n):
+        torch.manual_seed(0)
+        sync(device)
+        start = time.perf_counter()
+        with torch.no_grad():
+            fn(model, prompt, n)
+        sync(device)
+        return n / (time.perf_counter() - start)
+
+    row = {}
+    modern = ref.ModernConfig(max_len=64 if tiny else 256, d_model=64, n_heads=4, n_layers=4)
+    model = ref.ModernGPT(modern).to(device).eval()
+    prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
+    n = modern.max_len - 1
+    row["modern_no_cache_tok_s"] = tokens_per_second(ref.generate, model, prompt, n)
+    row["modern_cache_tok_s"] = tokens_per_second(ref.generate_cached, model, prompt, n)
+    row["modern_speedup"] = row["modern_cache_tok_s"] / row["modern_no_cache_tok_s"]
+    config = ref.GPTConfig.gpt2(d_model=64, n_heads=2, n_layers=2) if tiny else ref.GPTConfig.gpt2()
+    del model
+    reset_memory(device)
+    gpt2 = ref.GPT(config).to(device).eval()
+    prompt = torch.randint(0, config.vocab_size, (1, 16), device=device)
+    new = 8 if tiny else 64
+    row["gpt2_shape"] = f"d_model {config.d_model}, {config.n_layers} layers" + (" (tiny)" if tiny else " (small)")
+    row["gpt2_cache_tok_s"] = tokens_per_second(ref.generate_cached, gpt2, prompt, new)
+    row["gpt2_no_cache_tok_s"] = tokens_per_second(ref.generate, gpt2, prompt, new)
+    row["gpt2_peak_memory_gib"] = peak_memory(device)
+    return row
+
+
+SECTIONS = [("device", device_section), ("shakespeare", shakespeare_section), ("nanogpt", nanogpt_section),
+            ("names", names_section), ("torchrun", torchrun_section), ("generation", generation_section)]
+
+
+# --- the report ---------------------------------------------------------------------------------------------------
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, list):
+        return "<br>".join(map(str, value))
+    return str(value)
+
+
+def markdown(report: dict) -> str:
+    """One table: a row per figure, sections in order; an error is one row saying so."""
+    head = report["device"].get("device", "?") if isinstance(report.get("device"), dict) else "?"
+    rows = [f"GPU report: {head}, {report['date']}{' (--tiny: the figures mean nothing)' if report['tiny'] else ''}",
+            "", "| section | figure | value |", "|---|---|---|"]
+    for name, _ in SECTIONS:
+        section = report.get(name, {})
+        if "error" in section:
+            rows.append(f"| {name} | error | {section['error'].splitlines()[0][:200]} |")
+            continue
+        for key, value in section.items():
+            rows.append(f"| {name} | {key} | {_fmt(value)} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("gpu-report"), help="folder for report.json and report.md")
+    p.add_argument("--tiny", action="store_true", help="a few steps of everything (CI, on a CPU)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    p.add_argument("--nanogpt", type=Path, default=None, metavar="DIR",
+                   help="a nanoGPT checkout, run on the same GPU (default: ../shared/anchors/nanoGPT if present)")
+    p.add_argument("--only", nargs="*", help="only these sections: " + ", ".join(n for n, _ in SECTIONS))
+    args = p.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    checkout = args.nanogpt or (ROOT.parent / "shared" / "anchors" / "nanoGPT")
+    checkout = checkout if (checkout / "train.py").exists() else None
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    report = {"date": time.strftime("%Y-%m-%d"), "tiny": args.tiny, "device_type": device.type}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, section in SECTIONS:
+        if args.only and name not in args.only:
+            continue
+        start = time.perf_counter()
+        try:
+            extra = (checkout,) if name == "nanogpt" else ()
+            report[name] = section(device, args.tiny, *extra)
+        except Exception as error:  # noqa: BLE001 - one failed section must not cost the rest of a GPU window
+            report[name] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
+        report[name]["section_s"] = time.perf_counter() - start
+        print(f"{name}: {json.dumps(report[name], default=str)[:600]}", flush=True)
+        (args.out / "report.json").write_text(json.dumps(report, indent=1, default=str))  # after every section
+    (args.out / "report.md").write_text(markdown(report))
+    print(markdown(report))
+    failed = [n for n, _ in SECTIONS if "error" in report.get(n, {})]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
