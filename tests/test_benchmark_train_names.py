@@ -1,25 +1,15 @@
 """A smoke test of benchmarks/train_names.py: a few steps of each run, and the table, goal line and speed
 lines it prints. (The benchmark itself, with the real number of steps, is run by hand: see the README.)"""
 
-import importlib.util
-import pathlib
-
 import torch
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("train_names_benchmark", ROOT / "benchmarks" / "train_names.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchkit import load_benchmark
 
 
 def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     threads = torch.get_num_threads()
     try:
-        assert load_benchmark().main(["--steps", "12", "--seeds", "2", "--rounds", "1", "--sortish", "--ablate"]) == 0
+        arguments = ["--steps", "12", "--seeds", "2", "--rounds", "1", "--sortish", "--ablate"]
+        assert load_benchmark("train_names").main(arguments) == 0
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
@@ -42,7 +32,7 @@ def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
 
 
 def test_the_old_presets_the_benchmark_compares_against_are_kept_there():
-    module = load_benchmark()
+    module = load_benchmark("train_names")
     old = module.OLD_CPU_CONFIG
     assert (old.d_model, old.n_layers, old.n_heads, old.batch_size, old.steps, old.max_lr, old.cpu_threads) == \
         (64, 4, 4, 128, 2200, 8e-3, 1)

@@ -1,28 +1,18 @@
 """benchmarks/gpu_report.py in its CPU mode (--tiny): every section runs and the report is written, so that the
 first run on a GPU meets no Python error in the code the two modes share. Its figures mean nothing here."""
 
-import importlib.util
 import json
-import pathlib
 
 import pytest
 import torch
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def load_report_module():
-    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks" / "gpu_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchkit import ROOT, load_benchmark
 
 
 @pytest.mark.usefixtures("one_thread")
 def test_every_section_runs_in_tiny_mode_and_the_report_is_written(tmp_path):
     threads = torch.get_num_threads()
     try:
-        code = load_report_module().main(["--tiny", "--device", "cpu", "--out", str(tmp_path)])
+        code = load_benchmark("gpu_report").main(["--tiny", "--device", "cpu", "--out", str(tmp_path)])
     finally:
         torch.set_num_threads(threads)
     report = json.loads((tmp_path / "report.json").read_text())
@@ -43,7 +33,7 @@ def test_every_section_runs_in_tiny_mode_and_the_report_is_written(tmp_path):
 
 
 def test_a_failing_section_is_written_and_the_report_goes_on(tmp_path, monkeypatch):
-    module = load_report_module()
+    module = load_benchmark("gpu_report")
 
     def broken(device, tiny):
         raise RuntimeError("out of memory, say")
