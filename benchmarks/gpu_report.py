@@ -93,7 +93,7 @@ class TimeToTarget:
 
 def shakespeare_section(device, tiny):
     text_data = data.shakespeare_data(verbose=False)
-    config = long_run.preset("gpu" if device.type == "cuda" else "tiny", device)
+    config = long_run.preset("gpu" if device.type == "cuda" else "cpu", device)
     if tiny:
         config = replace(long_run.PRESETS["tiny"], steps=6, eval_every=3, eval_batches=2)
     reset_memory(device)

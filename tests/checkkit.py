@@ -3,6 +3,8 @@
 
 import re
 
+import torch.nn as nn
+
 
 def passes(check, obj):
     result = check(obj)
@@ -39,3 +41,11 @@ def rejects(check, obj, *needles):
 def stub(*args, **kwargs):
     """What the build puts in place of a solution."""
     raise NotImplementedError()
+
+
+class StubInit(nn.Module):
+    """What a learner notebook holds for a class exercise before it is done: ``__init__`` not written."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        raise NotImplementedError()

@@ -12,7 +12,8 @@ import warnings
 import torch
 
 from tutor.data.gpt2 import INSTALL, Weights
-from tutor.reference.gpt2 import hf_state_dict
+from tutor.reference.gpt2 import hf_state_dict, load_gpt2
+from tutor.reference.lora import LoRALinear, add_lora, merge_lora
 from tutor.reference.model import GPT, GPTConfig
 
 
@@ -95,8 +96,8 @@ def lora_against_peft(add_lora_fn=None, merge_fn=None, lora_class=None, *, r: in
     weights loaded into the course's GPT (q, k, v and fc), with PEFT's factors copied in (its ``B`` made random, so the
     update shows; c_attn's one ``B`` is the three of q, k and v stacked, sharing its ``A``). Returns the largest logit
     differences ``{"lora": ..., "merged": ..., "update": ...}`` (``merged``: ``merge_fn`` on every LoRA layer against
-    PEFT's ``merge_and_unload()``; ``update``: how far the LoRA moved PEFT's logits), or ``None`` with one line when
-    transformers or peft is missing."""
+    PEFT's ``merge_and_unload()``; ``update``: how far the LoRA moved PEFT's logits) and the parameters each trains
+    (``trainable_peft``, ``trainable_course``), or ``None`` with one line when transformers or peft is missing."""
     try:
         import peft
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -104,9 +105,6 @@ def lora_against_peft(add_lora_fn=None, merge_fn=None, lora_class=None, *, r: in
         _say(f"{error.name} is not installed (pip install transformers peft), so the comparison with PEFT is "
              f"skipped.", verbose)
         return None
-    from tutor.reference.gpt2 import load_gpt2
-    from tutor.reference.lora import LoRALinear, add_lora, merge_lora
-
     add_lora_fn, merge_fn, lora_class = add_lora_fn or add_lora, merge_fn or merge_lora, lora_class or LoRALinear
     d, heads, layers, vocab = 32, 4, 2, 50
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
@@ -122,6 +120,7 @@ def lora_against_peft(add_lora_fn=None, merge_fn=None, lora_class=None, *, r: in
                                  fan_in_fan_out=True, bias="none")
         theirs = peft.get_peft_model(hf, config).eval()
         add_lora_fn(course, ["q_proj", "k_proj", "v_proj", "fc"], r, alpha, lora_class=lora_class)
+        trainable = [sum(p.numel() for p in m.parameters() if p.requires_grad) for m in (theirs, course)]
         with torch.no_grad():
             for i in range(layers):
                 block, mine = theirs.base_model.model.transformer.h[i], course.blocks[i]
@@ -142,4 +141,5 @@ def lora_against_peft(add_lora_fn=None, merge_fn=None, lora_class=None, *, r: in
             merged_mine = course(ids)
     return {"lora": (mine_logits - theirs_logits).abs().max().item(),
             "merged": (merged_mine - merged_theirs).abs().max().item(),
-            "update": (theirs_logits - plain).abs().max().item()}
+            "update": (theirs_logits - plain).abs().max().item(), "trainable_peft": trainable[0],
+            "trainable_course": trainable[1]}

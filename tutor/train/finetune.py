@@ -18,9 +18,14 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn as nn
 
+from tutor.data import gpt2 as gpt2_data
 from tutor.data.batching import make_loader, make_packed_loader, name_positions
+from tutor.data.shakespeare import load_shakespeare, split_text
+from tutor.reference.bpe import BPETokenizer, bits_per_byte
 from tutor.reference.characters import PAD_Y, decode, encode
-from tutor.reference.lora import add_lora, sft_example
+from tutor.reference.gpt2 import load_gpt2
+from tutor.reference.lora import LoRALinear, add_lora, merge_lora, sft_example
+from tutor.reference.scaling_up import get_batch
 from tutor.reference.training import evaluate
 from tutor.train.loop import History, Hooks, fit
 from tutor.train.models import make_model
@@ -229,8 +234,6 @@ def table(results) -> str:
 def merge_all(model: nn.Module, merge_fn=None) -> nn.Module:
     """A copy of ``model`` with every LoRA layer (a module with ``A``, ``B`` and ``base``) replaced by
     ``merge_fn(layer)``, a plain ``nn.Linear`` (``merge_lora`` by default)."""
-    from tutor.reference.lora import merge_lora
-
     merge_fn = merge_fn or merge_lora
     merged = copy.deepcopy(model)
     for name, module in list(merged.named_modules()):
@@ -249,13 +252,6 @@ def gpt2_on_shakespeare(add_lora_fn=add_lora, lora_class=None, *, device="cpu", 
     trained on tiny Shakespeare for a few dozen steps: bits per byte on held-out text before and after. ``None``,
     with one line saying why, when GPT-2's weights or vocabulary are not here (offline). ``weights`` (a state dict)
     and ``tokenizer`` replace GPT-2's own (the tests use a tiny random GPT-2)."""
-    from tutor.data import gpt2 as gpt2_data
-    from tutor.data import load_shakespeare, split_text
-    from tutor.reference.bpe import BPETokenizer, bits_per_byte
-    from tutor.reference.gpt2 import load_gpt2
-    from tutor.reference.lora import LoRALinear
-    from tutor.reference.scaling_up import get_batch
-
     if weights is None:
         found = gpt2_data.gpt2_weights(verbose=verbose, skipped="so this section is skipped")
         if found is None:
