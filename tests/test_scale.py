@@ -287,3 +287,53 @@ def test_help_keeps_the_examples_line_by_line(capsys):
     assert "\n             --rdzv_backend=c10d --rdzv_endpoint=node0.example:29500 --rdzv_id=shakespeare \\\n" in out
     assert "\n             -m tutor.scale --preset gpu\n" in out
     assert "\n    python -m tutor.scale --preset cpu --max-steps 50  # a short run\n" in out
+
+
+def _tiny_text_data():
+    from tutor.data.shakespeare import CharVocab, ShakespeareData, split_text
+
+    vocab = CharVocab.from_text(TEXT)
+    train, val = split_text(vocab.tensor(TEXT), 0.1)
+    return ShakespeareData(TEXT, vocab, train, val, "a test text")
+
+
+def test_a_time_budget_ends_the_schedule_inside_it_and_evaluations_are_not_counted():
+    """Planned for far more steps than fit (a machine much slower than planned): the learning rate still decays to
+    its end, and the run ends once the training time, evaluations excluded, is spent."""
+    config = replace(long_run.PRESETS["tiny"], steps=10**6, warmup_steps=5, eval_every=3, time_budget=1.0)
+    run = long_run.train(config, text_data=_tiny_text_data(), progress=False)
+    h = run.history
+    trained = h.seconds - h.eval_seconds
+    assert 1.0 <= trained < 1.5, trained
+    assert h.eval_seconds > 0 and len(h.val_loss) >= 2
+    assert not run.stopped_early and 10 < run.step < config.steps
+    # the schedule ran its whole course: from 0, to the top, then only down, to (nearly) min_lr at the last step
+    top = h.lr.index(max(h.lr))
+    assert h.lr[0] == 0 and max(h.lr) == pytest.approx(config.max_lr, rel=0.05)
+    assert h.lr[top:] == sorted(h.lr[top:], reverse=True)
+    assert h.lr[-1] < config.min_lr + 0.05 * (config.max_lr - config.min_lr)
+    assert len(h.lr) == run.step
+
+
+def test_a_time_budget_is_for_one_process():
+    from tutor.distributed import Dist
+
+    config = replace(long_run.PRESETS["tiny"], time_budget=1.0)
+    with pytest.raises(ValueError, match="one process"):
+        long_run.train(config, text_data=_tiny_text_data(), progress=False, dist_info=Dist(rank=0, world_size=2))
+
+
+def test_fit_records_the_time_spent_evaluating():
+    import time
+
+    def slow_evaluate(model, loader, ignore_index, max_batches=None):
+        time.sleep(0.05)
+        return 1.0
+
+    config = replace(long_run.PRESETS["tiny"], steps=4, eval_every=1, vocab_size=11)
+    model = tr.make_model(config)
+    stream = tr.RandomWindows(torch.randint(0, 11, (400,)), 8, 2, seed=0)
+    h = tr.fit(model, stream, [], config, step_fn=tr.accumulate_step, eval_fn=slow_evaluate, progress=False,
+               ignore_index=long_run.IGNORE_NONE)
+    assert len(h.val_loss) == 4
+    assert 0.2 <= h.eval_seconds < h.seconds

@@ -58,6 +58,10 @@ class ScaleConfig(TrainConfig):
     model: str = "gpt"  # the model class: "gpt", "modern" (notebook 09's ModernGPT) or "module:Class"
     checkpoint_every: int = 0  # steps between checkpoints (0: only at the end and on Ctrl-C)
     eval_batch_size: int = 0  # 0: batch_size
+    # seconds of training (evaluations not counted) for one process: the learning-rate schedule follows the share of
+    # the steps or of this time that is spent, whichever is further along, and the run ends when either is; so a run
+    # on a machine slower than planned still decays its learning rate before the time is up (0: steps only)
+    time_budget: float = 0.0
 
     def model_config(self) -> GPTConfig:
         return GPTConfig(vocab_size=self.vocab_size, max_len=self.block_size, d_model=self.d_model,

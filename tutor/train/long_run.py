@@ -23,7 +23,7 @@ from tutor.data import shakespeare_data
 from tutor.distributed import Dist, NoProcessGroup, all_gather, any_rank, run_in_group
 from tutor.reference.model import generate
 from tutor.reference.scaling_up import flops_per_token
-from tutor.reference.training import lm_loss
+from tutor.reference.training import lm_loss, lr_schedule
 from tutor.train import presets
 from tutor.train.checkpoint import load_training_state, rng_states, save_training_state, set_rng_states
 from tutor.train.config import ScaleConfig
@@ -125,10 +125,13 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
     ``resume`` is a checkpoint to continue from; ``out_dir`` gets ``last.pt`` (every
     ``config.checkpoint_every`` steps, at the end, and when stopped early). ``seconds`` is a time
     budget and ``stop_after`` a number of steps after which to stop (and save) without changing the
-    learning-rate schedule. ``peak_tflops`` overrides the peak that MFU is measured against;
+    learning-rate schedule; ``config.time_budget`` instead makes the time drive the schedule, which then ends
+    when the time is up (one process only). ``peak_tflops`` overrides the peak that MFU is measured against;
     ``dist_info`` is the process group of ``torchrun``; ``handle_ctrl_c`` lets Ctrl-C and SIGTERM save and stop.
     """
     d = dist_info or Dist()
+    if config.time_budget and d.on:
+        raise ValueError("time_budget is for one process: each process would follow its own clock (use steps)")
     device = torch.device(device) if device is not None else torch.device("cpu")
     if text_data is None:
         text_data = shakespeare_data(verbose=d.main)
@@ -176,7 +179,7 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
     out_dir = Path(out_dir) if out_dir is not None else None
     last_path = out_dir / "last.pt" if out_dir is not None else None
     flag = _StopFlag().install() if handle_ctrl_c else _StopFlag()
-    state = {"stopped": False, "step": start, "checkpoint": None}
+    state = {"stopped": False, "step": start, "checkpoint": None, "trained": 0.0, "out_of_time": False}
     wall_start = time.perf_counter()
 
     def speed(h):
@@ -195,9 +198,20 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
                                                             getattr(vocab, "chars", None)))
             state["checkpoint"] = last_path
 
+    def lr_fn(step, max_lr, warmup_steps, total_steps, min_lr):
+        """The reference schedule; with ``config.time_budget``, at the share of the steps or of the time spent,
+        whichever is further along."""
+        if config.time_budget:
+            step = max(step, int(total_steps * state["trained"] / config.time_budget))
+        return lr_schedule(step, max_lr, warmup_steps, total_steps, min_lr)
+
     def callback(step, h):
         done = step + 1
         state["step"] = done
+        state["trained"] = h.seconds - h.eval_seconds
+        if config.time_budget and state["trained"] >= config.time_budget and done < config.steps:
+            state["out_of_time"] = True  # the schedule has ended: the run is complete, not stopped early
+            return True
         stop = flag.set or (stop_after is not None and done - start >= stop_after) or \
             (seconds is not None and time.perf_counter() - wall_start >= seconds)
         stop = any_rank(stop, d)
@@ -210,7 +224,8 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
         return False
 
     try:
-        history = fit(model, stream, val_batches, config, step_fn=accumulate_step, ignore_index=IGNORE_NONE,
+        history = fit(model, stream, val_batches, config, step_fn=accumulate_step, lr_fn=lr_fn,
+                      ignore_index=IGNORE_NONE,
                       progress=progress and d.main, plot=plot if d.main else None,
                       hooks=Hooks(optimizer=optimizer, runner=runner, start_step=start, history=history,
                                   callback=callback, metrics=metrics))
@@ -218,8 +233,8 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
         flag.uninstall()
         torch.set_num_threads(threads_before)
     if not state["stopped"]:
-        state["step"] = config.steps
-        save(config.steps, history)
+        state["step"] = state["step"] if state["out_of_time"] else config.steps
+        save(state["step"], history)
     tps, u = speed(history)
     if u > 1.0 and device.type == "cpu" and not peak_tflops:  # the cached peak was measured on a busy machine
         peak, peak_note = peak_flops(device, None, dtype=torch.bfloat16 if config.bf16 else torch.float32,

@@ -42,6 +42,7 @@ class History:
     val_loss: list = field(default_factory=list)
     tokens: int = 0  # real target tokens trained on
     seconds: float = 0.0  # wall time of the loop (evaluations included)
+    eval_seconds: float = 0.0  # of which evaluating (and plotting): ``seconds - eval_seconds`` is training
     cpu_threads: int | None = None  # with cpu_threads="auto": the thread count the run ended with
 
     @property
@@ -147,12 +148,14 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
             last = step == config.steps - 1
             if (step + 1) % config.eval_every == 0 or last:
                 timed = timing_start is not None and step < start_step + TIMING_STEPS[1]
-                eval_start = time.perf_counter() if timed else 0.0
+                eval_start = time.perf_counter()
+                history.seconds = seconds_before + eval_start - start  # when the evaluated model was reached
                 val = eval_fn(runner, val_loader, ignore_index, max_batches=config.eval_batches)
                 history.val_steps.append(step)
                 history.val_loss.append(float(val))
                 if plot is not None:
                     plot.update(history)
+                history.eval_seconds += time.perf_counter() - eval_start
                 if timed:
                     timing_evals += time.perf_counter() - eval_start
             if bar is not None:
