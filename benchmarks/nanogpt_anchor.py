@@ -37,6 +37,7 @@ class NanoGPTRun:
     iters: int
     seconds: float  # wall time of the training run (start-up, evaluations and checkpoint included)
     ms_per_iter: float
+    train_seconds: float  # the sum of its iterations' times as it logs them (no start-up, evaluation or saving)
     tokens_per_second: float  # training tokens (batch 12 x block 64 per iteration) per second of wall time
     val_loss: float  # on the windows given to ``nanogpt_run`` (None: not evaluated)
     val_loss_own: float  # nanoGPT's own estimate at the last step (20 random batches)
@@ -78,11 +79,12 @@ def nanogpt_run(checkout: Path, seconds: float, text: str, val_batches=None, *, 
     iters = max(50, int((seconds - fixed) / per_iter))
     log, wall = _train(work, [f"--max_iters={iters}", f"--lr_decay_iters={iters}", f"--eval_interval={iters}",
                               "--always_save_checkpoint=True", "--out_dir=out"], timeout=seconds * 3 + 300)
+    every = [float(m.group(2)) for m in map(ITER_LINE.match, log.splitlines()) if m]
     times = [float(m.group(2)) for m in map(ITER_LINE.match, log.splitlines()) if m and int(m.group(1)) >= 5]
     own = [float(m.group(3)) for m in map(VAL_LINE.match, log.splitlines()) if m]
     val = evaluate(work, work / "out" / "ckpt.pt", val_batches) if val_batches is not None else None
-    return NanoGPTRun(iters, wall, statistics.median(times), 12 * 64 * iters / wall, val, own[-1] if own else None,
-                      log)
+    return NanoGPTRun(iters, wall, statistics.median(times), sum(every) / 1000, 12 * 64 * iters / wall, val,
+                      own[-1] if own else None, log)
 
 
 def evaluate(work: Path, checkpoint: Path, batches) -> float:
