@@ -230,10 +230,11 @@ EVALUATIONS = 20  # evaluations along each course run (not counted in its time):
 
 
 def versus_nanogpt(args) -> int:
-    """nanoGPT's README CPU recipe for ``args.seconds``, then the course's preset with a time budget of each of
-    ``args.fractions`` of nanoGPT's wall time; alternated ``args.runs`` times on this machine. Every model is scored on
-    the same validation windows; each course run reports its final loss and the time at which it first reached
-    nanoGPT's final loss (its evaluations not counted), as a share of nanoGPT's wall time."""
+    """nanoGPT's README CPU recipe for ``args.seconds``, then the course's preset, for each of ``args.models``, with
+    a time budget of each of ``args.fractions`` of nanoGPT's wall time; alternated ``args.runs`` times on this
+    machine. Every model is scored on the same validation windows; each course run reports its final loss and the
+    time at which it first reached nanoGPT's final loss (its evaluations not counted), as a share of nanoGPT's wall
+    time."""
     import statistics
 
     from nanogpt_anchor import check_same_split, nanogpt_run, prepare
@@ -253,7 +254,7 @@ def versus_nanogpt(args) -> int:
           f"{args.seconds:.0f} s, the course {' and '.join(f'{f:.3g}' for f in args.fractions)} of nanoGPT's wall "
           f"time; validation: the same {args.eval_batches} x {config.batch_size} windows of {config.block_size} "
           f"characters of the last 10% for both; config: {config.describe()}")
-    rows = []  # (fraction, nanoGPT's run, the course's run)
+    rows = []  # ((model, fraction), nanoGPT's run, the course's run)
     soonest = []  # each pair's answer: the soonest any of its course runs reached that pair's nanoGPT loss
     for r in range(args.runs):
         anchor = nanogpt_run(checkout, args.seconds, text_data.text, batches, work=work)
