@@ -8,7 +8,7 @@ from benchkit import load_benchmark
 def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     threads = torch.get_num_threads()
     try:
-        arguments = ["--steps", "12", "--seeds", "2", "--rounds", "1", "--sortish", "--ablate"]
+        arguments = ["--steps", "12", "--seeds", "2", "--rounds", "1", "--sortish", "--ablate", "--candidate"]
         assert load_benchmark("train_names").main(arguments) == 0
     finally:
         torch.set_num_threads(threads)
@@ -16,6 +16,10 @@ def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     assert "preset: d_model=64, 2 layers" in out and "old preset: d_model=64, 4 layers" in out
     header = next(line for line in out.splitlines() if "preset (mean of 2)" in line)
     assert "old preset (seed 0)" in header and "preset, sortish (seed 0)" in header
+    assert "candidate (mean of 2)" in header
+    assert "candidate: d_model=96, 2 layers" in out
+    seeds = [line.split(":")[0].strip() for line in out.splitlines() if ", seed " in line and " in " in line]
+    assert seeds[:4] == ["preset, seed 0", "candidate, seed 0", "preset, seed 1", "candidate, seed 1"]  # in turn
     for ablation in ("preset, padded batches (seed 0)", "preset, AdamW alone (seed 0)", "padded AdamW preset (seed 0)"):
         assert ablation in header
     assert "batch 256 (packed rows)" in out and "Muon + AdamW" in out
@@ -27,6 +31,9 @@ def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     goal = next(line for line in out.splitlines() if line.startswith("goal (CPU)"))
     assert "<= 1.8 excluding the first letter within 120 s, mean of 2" in goal
     assert goal.endswith("NOT met (a --quick or --steps run: not the preset)")  # 12 steps never meet it
+    for who in ("the preset", "the candidate"):
+        line = next(line for line in out.splitlines() if line.startswith(f"next goal (CPU), {who}:"))
+        assert "<= 1.77 excluding the first letter within 120 s, mean of 2" in line and "NOT met" in line
     assert "padded / sortish" in out and "padded / packed" in out and "whole runs: sortish" in out
     assert "F.scaled_dot_product_attention + F.layer_norm" in out
 
@@ -36,6 +43,9 @@ def test_the_old_presets_the_benchmark_compares_against_are_kept_there():
     old = module.OLD_CPU_CONFIG
     assert (old.d_model, old.n_layers, old.n_heads, old.batch_size, old.steps, old.max_lr, old.cpu_threads) == \
         (64, 4, 4, 128, 2200, 8e-3, 1)
+    candidate = module.CANDIDATE_CPU_CONFIG
+    assert (candidate.d_model, candidate.n_layers, candidate.steps, candidate.min_lr) == (96, 2, 2400, 1e-4)
+    assert (candidate.batch_size, candidate.packed, candidate.optimizer) == (256, True, "muon")  # as the preset
     padded = module.PADDED_CPU_CONFIG
     assert (padded.n_layers, padded.batch_size, padded.steps, padded.packed, padded.optimizer) == \
         (2, 128, 5800, False, "adamw")
