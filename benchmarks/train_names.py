@@ -64,13 +64,15 @@ More tried in a second round (issue 31; seed 0, one thread each, two runs at a t
 
 Regularising more does not help: dropout 0.1 costs 0.03, weight decay 0.3 costs 0.004 (and none at all costs the
 wider model 0.019). The optimizer's settings move the loss by about the spread between seeds. What lowers it is
-computation: a wider model for more steps, and a step of d_model 96 costs about 1.6 times the preset's (2 threads,
-idle, 500 steps of ``fit``, evaluations left out: 48.7-50.5 ms against 30.1-30.3; d_model 80: 42.9). In such a step
+computation: a wider model for more steps, and a step of d_model 96 costs 1.4 to 1.6 times the preset's (2 threads,
+nothing else running, 340 or 500 steps of ``fit``, evaluations left out: 48.7-50.5 ms against 30.1-30.3 in one
+measurement, 39.7-41.1 against 28.5-29.7 in another an hour later; d_model 80: 42.9). In such a step
 (``torch.profiler``, 2 threads) the matrix products take half the time, Muon's Newton-Schulz iterations a fifth
 (``torch.optim.Muon`` runs them in bf16; for matrices this small float32 is faster here, although this CPU has bf16
 instructions: 5.2 ms against 6.7-8.5 for the same iterations), the attention with its mask a sixth (the hand-written
 attention would save about 3 ms of 40), GELU a twelfth, the batches 2 %. An evaluation of 10 batches of 512 names
-takes 0.5 s (0.25 s for the preset).
+takes 0.5 s (0.25 s for the preset). ``torch.compile`` (dynamic shapes, on this CPU) made a step of d_model 96
+slower, 42.2 ms against 37.0, after 16 s of compiling.
 
 ``--candidate`` measures the nearest configuration found, ``CANDIDATE_CPU_CONFIG`` (d_model 96, 2,400 steps, cosine
 to 1e-4), each seed right after the preset's, on 2 threads (2026-11-27, this 2-core AMD EPYC, nothing else
