@@ -272,6 +272,8 @@ def main(argv=None):
     if with_old:
         print(f"old preset: {old.describe()}, threads={old.cpu_threads}")
     candidate = None
+    if args.candidate and device.type != "cpu":
+        print("--candidate is a CPU configuration: ignoring it on", device.type)
     if args.candidate and device.type == "cpu":
         candidate = with_steps(replace(CANDIDATE_CPU_CONFIG, cpu_threads=config.cpu_threads), steps)
         print(f"candidate: {candidate.describe()}, threads={candidate.cpu_threads}")
