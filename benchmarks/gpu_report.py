@@ -54,7 +54,7 @@ from tutor import reference as ref  # noqa: E402
 from tutor import train as tr  # noqa: E402
 from tutor.train import long_run  # noqa: E402
 
-TARGET = 1.47  # nanoGPT's shakespeare-char recipe: "val loss 1.4697" in its README
+TARGET = 1.47  # nanoGPT's shakespeare-char recipe: "the best validation loss is 1.4697" (its README)
 NANOGPT_QUOTED = "about 3 minutes on one A100 (nanoGPT's README, quoted, not measured here)"
 SHAKESPEARE_CAP_S = 300  # a safety cap, so that one slow section cannot use up a short GPU window
 
