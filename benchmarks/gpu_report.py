@@ -118,11 +118,18 @@ def trajectory_figures(points, target) -> dict:
             "best_after_s": best[2] if best else None, "val_points": points}
 
 
+def steady_step_seconds(points) -> float | None:
+    """The median training time of one step between consecutive evaluations: the stretch before the first one, with
+    the compile, is left out."""
+    stretches = [(b[3] - a[3]) / (b[0] - a[0]) for a, b in zip(points, points[1:]) if b[0] > a[0]]
+    return statistics.median(stretches) if stretches else None
+
+
 def shakespeare_section(device, tiny):
     text_data = data.shakespeare_data(verbose=False)
     config = long_run.preset("gpu" if device.type == "cuda" else "cpu", device)
     if tiny:
-        config = replace(long_run.PRESETS["tiny"], steps=6, eval_every=3, eval_batches=2)
+        config = replace(long_run.PRESETS["tiny"], steps=6, eval_every=2, eval_batches=2)
     reset_memory(device)
     clock = TimeToTarget(TARGET if not tiny else 10.0)
     with tempfile.TemporaryDirectory() as folder:
@@ -134,8 +141,11 @@ def shakespeare_section(device, tiny):
             **trajectory_figures(clock.points, clock.target),
             "clock": ("reached_after_s, best_after_s: wall time from the call (model, compile and evaluations "
                       "included); reached_training_s: evaluations left out"),
-            "tokens_per_s": run.tokens_per_second,
-            "mfu": run.mfu, "mfu_of": run.peak_note, "peak_memory_gib": peak_memory(device)}
+            "tokens_per_s": run.tokens_per_second, "mfu": run.mfu, "mfu_of": run.peak_note,
+            "tokens_per_s_mfu_clock": "the whole run: compile and evaluations included",
+            "ms_per_step": (step := steady_step_seconds(clock.points)) and step * 1000,
+            "steady_tokens_per_s": step and config.batch_size * config.block_size / step,
+            "peak_memory_gib": peak_memory(device)}
 
 
 def run_streaming(command, cwd, timeout) -> list[tuple[float, str]]:

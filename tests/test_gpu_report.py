@@ -34,7 +34,7 @@ def test_every_section_runs_in_tiny_mode_and_the_report_is_written(tmp_path):
     assert table.startswith("GPU report: CPU") and "(--tiny: the figures mean nothing)" in table
     assert "| shakespeare | reached_after_s |" in table and "| torchrun | backend | Gloo |" in table
     assert "| shakespeare | best_val |" in table and "val_points" not in table  # the points are in the JSON only
-    assert len(report["shakespeare"]["val_points"]) == 2
+    assert len(report["shakespeare"]["val_points"]) == 3 and report["shakespeare"]["ms_per_step"] > 0
 
 
 def test_a_failing_section_is_written_and_the_report_goes_on(tmp_path, monkeypatch):
@@ -100,3 +100,11 @@ def test_a_subprocess_that_fails_or_hangs_is_an_error_with_its_output():
         module.run_streaming([sys.executable, "-c", "import time; time.sleep(30)"], cwd=None, timeout=1)
     lines = module.run_streaming([sys.executable, "-c", "print('a'); print('b')"], cwd=None, timeout=60)
     assert [line for _, line in lines] == ["a", "b"] and lines[0][0] <= lines[1][0]
+
+
+def test_the_steady_step_time_leaves_the_compile_before_the_first_evaluation_out():
+    module = load_benchmark("gpu_report")
+    # (step, val, wall, training): 100 steps with the compile in 9 s, then 100 steps in 2 s, 3 s (a slow stretch), 2 s
+    points = [(100, 2.0, 10.0, 9.0), (200, 1.9, 12.5, 11.0), (300, 1.8, 15.5, 14.0), (400, 1.7, 17.5, 16.0)]
+    assert module.steady_step_seconds(points) == pytest.approx(0.02)
+    assert module.steady_step_seconds(points[:1]) is None
