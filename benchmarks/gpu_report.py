@@ -135,6 +135,7 @@ def shakespeare_section(device, tiny):
     with tempfile.TemporaryDirectory() as folder:
         run = long_run.train(config, text_data=text_data, device=device, out_dir=folder, progress=False, plot=clock,
                              seconds=None if tiny else SHAKESPEARE_CAP_S)
+    steady = steady_step_seconds(clock.points)
     return {"preset": config.describe(), "bf16": config.bf16, "compile": config.compile, "steps": run.step,
             "stopped_by_cap": run.step < config.steps,
             "seconds": run.history.seconds, "final_val": run.history.val_loss[-1],
@@ -143,8 +144,8 @@ def shakespeare_section(device, tiny):
                       "included); reached_training_s: evaluations left out"),
             "tokens_per_s": run.tokens_per_second, "mfu": run.mfu, "mfu_of": run.peak_note,
             "tokens_per_s_mfu_clock": "the whole run: compile and evaluations included",
-            "ms_per_step": (step := steady_step_seconds(clock.points)) and step * 1000,
-            "steady_tokens_per_s": step and config.batch_size * config.block_size / step,
+            "ms_per_step": steady * 1000 if steady else None,
+            "steady_tokens_per_s": config.batch_size * config.block_size / steady if steady else None,
             "peak_memory_gib": peak_memory(device)}
 
 
@@ -222,7 +223,7 @@ def names_section(device, tiny):
     reset_memory(device)
     run = train_names.train(config, device, train_names_, val_loader)
     return {"preset": config.describe(), "steps": config.steps, "seconds": run["seconds"],
-            "ms_per_step": run["seconds"] / config.steps * 1000,
+            "ms_per_step_overall": run["seconds"] / config.steps * 1000,  # evaluations and compile included
             "loader_ms_per_batch": loader_seconds(config, train_names_) * 1000,
             "val_excluding_first": run["excl"], "val_all": run["all"], "tokens_per_s": run["tokens_per_s"],
             "peak_memory_gib": peak_memory(device)}
@@ -232,9 +233,10 @@ def loader_seconds(config, names, batches=20) -> float:
     """Seconds the preset's loader takes to make one batch, on the CPU, in the training process: a step of the names
     GPU preset waits for it (31 ms a step on the H200 of 2026-11-27; 8.5 ms a padded batch of 512 on one core of a
     2-core EPYC)."""
-    make = data.make_packed_loader if config.packed else data.make_loader
+    import train_names
+
     batches_left, start = batches, time.perf_counter()
-    for _ in make(names, batch_size=config.batch_size, seed=config.seed):
+    for _ in train_names.training_loader(config, names):
         batches_left -= 1
         if batches_left == 0:
             break

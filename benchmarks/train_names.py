@@ -182,11 +182,16 @@ def kernel_benchmark(config, device, train_names, rounds):
     return times, max(diffs)
 
 
+def training_loader(config, train_names, sortish=False):
+    """The training batches ``config`` asks for: packed rows, padded names, or (``sortish``) names of similar length."""
+    make = data.make_sortish_loader if sortish else data.make_packed_loader if config.packed else data.make_loader
+    return make(train_names, batch_size=config.batch_size, seed=config.seed)
+
+
 def train(config, device, train_names, val_loader, sortish=False):
     """One run of ``fit``: returns a dict of the figures the tables print."""
-    make = data.make_sortish_loader if sortish else data.make_packed_loader if config.packed else data.make_loader
     model = tr.make_model(config, device)
-    train_loader = make(train_names, batch_size=config.batch_size, seed=config.seed)
+    train_loader = training_loader(config, train_names, sortish)
     history = tr.fit(model, train_loader, val_loader, config, progress=sys.stderr.isatty())
     losses = tr.val_losses(model, val_loader)
     threads = history.cpu_threads or (config.cpu_threads if device.type == "cpu" else None)
