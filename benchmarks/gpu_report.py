@@ -18,13 +18,14 @@ is never lost to one mistake. The sections, each measured in this one run on thi
 4. notebook 08's GPU preset on the names: loss excluding the first letter, time, peak memory;
 5. ``torchrun --nproc-per-node 1 -m tutor.scale``: the data-parallel path (NCCL on a GPU, Gloo on a CPU), one process;
 6. the KV cache: generation with and without it on notebook 09's ModernGPT, and GPT-2 small's shape (random weights)
-   generating 64 tokens: tokens/s and memory.
+   generating 64 tokens: tokens/s (after a few untimed tokens) and memory.
 
 ``--tiny`` shrinks every run to a few steps (and the models of section 6), so that CI proves the code runs on a CPU;
 its figures mean nothing.
 
-Its first run on a GPU (2026-11-27, one H200, PyTorch 2.11; the README's GPU table) took 456 s with every section
-passing. That machine's Python had everything but ``platformdirs``, carried as a wheel.
+Its first run on a GPU (2026-11-27, one H200, PyTorch 2.11; ``gpu_runs/2026-11-27-h200``) took 456 s with every
+section passing. That machine's Python had everything but ``platformdirs``, carried as a wheel. The second
+(``gpu_runs/2026-11-27-h200-2``, the README's GPU table) ran every section but the names in 260 s.
 """
 
 from __future__ import annotations
@@ -261,6 +262,10 @@ def torchrun_section(device, tiny):
 
 def generation_section(device, tiny):
     def tokens_per_second(fn, model, prompt, n):
+        """Tokens/s of ``fn`` making ``n`` tokens, after a few untimed tokens: the first calls on a GPU load kernels
+        and make cuBLAS's handles (the 2026-11-27 report timed them, and gave the first function timed the cost)."""
+        with torch.no_grad():
+            fn(model, prompt, min(4, n))
         torch.manual_seed(0)
         sync(device)
         start = time.perf_counter()
