@@ -184,8 +184,10 @@ def kernel_benchmark(config, device, train_names, rounds):
 
 def training_loader(config, train_names, sortish=False):
     """The training batches ``config`` asks for: packed rows, padded names, or (``sortish``) names of similar length."""
-    make = data.make_sortish_loader if sortish else data.make_packed_loader if config.packed else data.make_loader
-    return make(train_names, batch_size=config.batch_size, seed=config.seed)
+    if sortish:
+        return data.make_sortish_loader(train_names, batch_size=config.batch_size, seed=config.seed)
+    make = data.make_packed_loader if config.packed else data.make_loader
+    return make(train_names, batch_size=config.batch_size, seed=config.seed, num_workers=config.loader_workers)
 
 
 def train(config, device, train_names, val_loader, sortish=False):

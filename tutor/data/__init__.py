@@ -35,6 +35,7 @@ from tutor.data.batching import (
     pack_names,
     padding_fraction,
     same_name_mask,
+    worker_options,
 )
 from tutor.data.names import (
     FILENAME,
@@ -87,6 +88,7 @@ __all__ = [
     "split_text", "ShakespeareData", "shakespeare_data",
     "SortishBatchSampler", "make_sortish_loader", "padding_fraction",
     "PACK_WIDTH", "pack_names", "make_packed_loader", "name_starts", "name_positions", "same_name_mask",
+    "worker_options",
     # also importable from here, as before: the pinned files, and the errors of a bad data file
     "FILENAME", "URLS", "SHA256", "NUM_NAMES", "TIMEOUT",
     "SHAKESPEARE_FILENAME", "SHAKESPEARE_URLS", "SHAKESPEARE_SHA256", "SHAKESPEARE_LENGTH",

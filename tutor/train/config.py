@@ -33,6 +33,9 @@ class TrainConfig:
     fused_kernels: bool = True  # F.scaled_dot_product_attention and F.layer_norm instead of the hand-written ones
     # train on the packed rows of ``tutor.data.make_packed_loader``: fit then wraps the model in ``PackedNames``
     packed: bool = False
+    # background processes that make the training batches (``tutor.data.worker_options``): 0 makes them in the
+    # training process, between steps, which a GPU waits for
+    loader_workers: int = 0
     optimizer: str = "adamw"  # or "muon": Muon for the matrices inside the blocks, AdamW for the rest (``MuonAdamW``)
     seed: int = 0
 
