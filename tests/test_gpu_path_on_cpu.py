@@ -50,12 +50,14 @@ def test_scale_gpu_preset_on_a_cpu_compiles_autocasts_checkpoints_and_resumes(tm
 
 
 def test_names_gpu_preset_of_notebook_08_on_a_cpu(tmp_path):
-    """Notebook 08's GPU preset (bf16 autocast, torch.compile, fused kernels) trains and checkpoints on a CPU."""
+    """Notebook 08's GPU preset (bf16 autocast, torch.compile, fused kernels, batches from loader workers) trains and
+    checkpoints on a CPU."""
     config = replace(tr.GPU_CONFIG, steps=3, batch_size=16, eval_every=2, eval_batches=1, warmup_steps=1)
     assert config.bf16 and config.compile and config.fused_kernels
     names = ["laika", "maximilian", "zoe", "bo", "anna", "theodore", "ines", "kai"] * 8
     model = tr.make_model(config, "cpu")
-    history = tr.fit(model, data.make_loader(names, batch_size=config.batch_size, seed=0),
+    workers = config.loader_workers or 1  # as notebook 08 passes it; at least one, even on a 1-core machine
+    history = tr.fit(model, data.make_loader(names, batch_size=config.batch_size, seed=0, num_workers=workers),
                      data.make_loader(names[:16], batch_size=16, shuffle=False), config, progress=False)
     assert len(history.train_loss) == 3 and all(torch.isfinite(torch.tensor(history.train_loss)))
     assert history.val_loss and history.val_loss[-1] < 2 * torch.log(torch.tensor(float(vocab_size)))
