@@ -22,7 +22,9 @@ CPU_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=256, step
                          optimizer="muon")
 # The GPU preset's batches come from up to 4 background processes (one core is left to the training process): on an
 # H200 (2026-11-27, benchmarks/gpu_runs/2026-11-27-h200-2) a step took a median 20.2 ms with the batches made between
-# steps and 12.7 ms with 4 workers, measured side by side; the whole preset then trained in 85 s (1.756).
+# steps and 12.7 ms with 4 workers, measured side by side; the whole preset then trained in 85 s (1.756), with the
+# compiled kernels cached and the workers kept alive between passes (here they start again with each pass, about 22
+# times a run, so that the batches keep their order: not measured on a GPU).
 GPU_CONFIG = TrainConfig(d_model=256, n_heads=8, n_layers=6, dropout=0.1, batch_size=512, steps=4000,
                          max_lr=1e-3, min_lr=1e-4, warmup_steps=200, eval_every=500, eval_batches=20,
                          bf16=True, compile=True, loader_workers=min(4, cpu_cores() - 1))
