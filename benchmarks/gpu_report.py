@@ -231,9 +231,9 @@ def names_section(device, tiny):
 
 
 def loader_seconds(config, names, batches=20) -> float:
-    """Seconds the preset's loader takes to make one batch, on the CPU, in the training process: a step of the names
-    GPU preset waits for it (31 ms a step on the H200 of 2026-11-27; 8.5 ms a padded batch of 512 on one core of a
-    2-core EPYC)."""
+    """Seconds a batch of the preset's loader takes to arrive, its workers included (``config.loader_workers``): a step
+    of the names GPU preset waits for it when it is late (without workers: 31 ms a step on the H200 of 2026-11-27,
+    8.5 ms a padded batch of 512 on one core of a 2-core EPYC)."""
     import train_names
 
     batches_left, start = batches, time.perf_counter()
