@@ -249,6 +249,37 @@ def test_muon_adamw_state_dict_round_trip():
     assert any(not torch.equal(p, f) for p, f in zip(model.parameters(), fresh_model.parameters()))
 
 
+@needs_muon
+def test_muon_takes_its_newton_schulz_iterations_from_the_config():
+    """``muon_ns_steps`` reaches torch.optim.Muon (5, its default, unless set) and changes the update it makes."""
+    X, Y = data.collate(items(NAMES[:4]))
+    models = {}
+    for steps in (5, 3):
+        config = muon_config() if steps == 5 else muon_config(muon_ns_steps=steps)
+        model = tr.make_model(config)
+        optimizer = tr.make_optimizer(model, config)
+        assert [group["ns_steps"] for group in optimizer.muon.param_groups] == [steps]
+        ref.train_step(model, (X, Y), optimizer, data.PAD_Y)
+        models[steps] = model
+    fc = {steps: model.blocks[0].mlp.fc.weight for steps, model in models.items()}
+    assert not torch.allclose(fc[5], fc[3])  # same start, same batch: only the iterations differ
+    assert torch.equal(models[5].tok_emb.weight, models[3].tok_emb.weight)  # AdamW's share is untouched
+
+
+def test_fused_attention_false_keeps_the_hand_written_attention_with_the_fused_layer_norm():
+    """The candidate's switch: the same model and outputs, only the attention's branch differs."""
+    hand = tr.make_model(muon_config(fused_attention=False))
+    fused = tr.make_model(muon_config())
+    for model, attention in ((hand, False), (fused, True)):
+        assert {m.fused for m in model.modules() if isinstance(m, ref.MultiHeadAttention)} == {attention}
+        assert {m.fused for m in model.modules() if isinstance(m, ref.LayerNorm)} == {True}
+    X, _ = data.pack_names(items(NAMES))
+    with torch.no_grad():
+        torch.testing.assert_close(tr.PackedNames(hand)(X), tr.PackedNames(fused)(X), atol=1e-5, rtol=1e-5)
+    unfused = tr.make_model(muon_config(fused_kernels=False))  # fused_kernels=False: everything hand-written
+    assert not any(getattr(m, "fused", False) for m in unfused.modules())
+
+
 def test_without_torch_optim_muon_it_warns_and_uses_adamw(monkeypatch):
     monkeypatch.delattr(torch.optim, "Muon", raising=False)
     with pytest.warns(UserWarning, match="no torch.optim.Muon"):

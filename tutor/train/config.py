@@ -31,12 +31,16 @@ class TrainConfig:
     # the fastest of 1, 2, 4, ... measured while training, again every few hundred steps); see fit
     cpu_threads: int | str | None = 1
     fused_kernels: bool = True  # F.scaled_dot_product_attention and F.layer_norm instead of the hand-written ones
+    # with fused_kernels, False keeps the hand-written attention (F.layer_norm still): the same sums, and on a CPU
+    # faster for packed names once d_model is 96 (their [B, T, T] masks; benchmarks/train_names.py)
+    fused_attention: bool = True
     # train on the packed rows of ``tutor.data.make_packed_loader``: fit then wraps the model in ``PackedNames``
     packed: bool = False
     # background processes that make the training batches (``tutor.data.worker_options``): 0 makes them in the
     # training process, between steps, which a GPU waits for
     loader_workers: int = 0
     optimizer: str = "adamw"  # or "muon": Muon for the matrices inside the blocks, AdamW for the rest (``MuonAdamW``)
+    muon_ns_steps: int = 5  # Muon's Newton-Schulz iterations per matrix and step (torch.optim.Muon's default: 5)
     seed: int = 0
 
     def model_config(self) -> GPTConfig:

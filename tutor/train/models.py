@@ -58,7 +58,8 @@ def model_class(config):
 
 
 def make_model(config, device="cpu"):
-    """A fresh GPT for ``config`` on ``device``, seeded with ``config.seed``, with fused kernels if asked."""
+    """A fresh GPT for ``config`` on ``device``, seeded with ``config.seed``, with fused kernels if asked
+    (``fused_kernels``; the hand-written attention kept when ``fused_attention`` is False)."""
     torch.manual_seed(config.seed)
     cls, gpt_config = model_class(config), config.model_config()
     if cls.__name__ == "ModernGPT":  # notebook 09's model takes a ModernConfig (no position table, SwiGLU, RoPE)
@@ -67,6 +68,8 @@ def make_model(config, device="cpu"):
     model = cls(gpt_config).to(device)
     if config.fused_kernels:
         use_fused_kernels(model)
+        if not getattr(config, "fused_attention", True):
+            use_fused_attention(model, False)
     return model
 
 

@@ -69,5 +69,5 @@ def make_optimizer(model, config):
     matrices = block_matrices(model)
     chosen = {id(p) for p in matrices}
     muon = torch.optim.Muon(matrices, lr=config.max_lr, weight_decay=config.weight_decay,
-                            adjust_lr_fn="match_rms_adamw")
+                            ns_steps=getattr(config, "muon_ns_steps", 5), adjust_lr_fn="match_rms_adamw")
     return MuonAdamW(muon, _adamw([p for p in params if id(p) not in chosen], config))
