@@ -17,7 +17,9 @@ def test_train_names_benchmark_prints_the_preset_next_to_the_old_one(capsys):
     header = next(line for line in out.splitlines() if "preset (mean of 2)" in line)
     assert "old preset (seed 0)" in header and "preset, sortish (seed 0)" in header
     assert "candidate (mean of 2)" in header
-    assert "candidate: d_model=96, 2 layers" in out
+    candidate = next(line for line in out.splitlines() if line.startswith("candidate: "))
+    assert "d_model=96, 2 layers" in candidate
+    assert candidate.endswith("hand-written attention, 4 Newton-Schulz iterations")
     seeds = [line.split(":")[0].strip() for line in out.splitlines() if ", seed " in line and " in " in line]
     assert seeds[:4] == ["preset, seed 0", "candidate, seed 0", "preset, seed 1", "candidate, seed 1"]  # in turn
     for ablation in ("preset, padded batches (seed 0)", "preset, AdamW alone (seed 0)", "padded AdamW preset (seed 0)"):
@@ -45,7 +47,8 @@ def test_the_old_presets_the_benchmark_compares_against_are_kept_there():
         (64, 4, 4, 128, 2200, 8e-3, 1)
     candidate = module.CANDIDATE_CPU_CONFIG
     assert (candidate.d_model, candidate.n_layers, candidate.steps, candidate.min_lr, candidate.weight_decay) == \
-        (96, 2, 2600, 9e-5, 0.2)  # the docstring's measured 1.768, 132-140 s
+        (96, 2, 2600, 9e-5, 0.2)
+    assert (candidate.muon_ns_steps, candidate.fused_attention) == (4, False)  # the step made cheaper (stop 38)
     assert (candidate.batch_size, candidate.packed, candidate.optimizer) == (256, True, "muon")  # as the preset
     padded = module.PADDED_CPU_CONFIG
     assert (padded.n_layers, padded.batch_size, padded.steps, padded.packed, padded.optimizer) == \
