@@ -46,10 +46,10 @@ def test_the_old_presets_the_benchmark_compares_against_are_kept_there():
     assert (old.d_model, old.n_layers, old.n_heads, old.batch_size, old.steps, old.max_lr, old.cpu_threads) == \
         (64, 4, 4, 128, 2200, 8e-3, 1)
     candidate = module.CANDIDATE_CPU_CONFIG
-    assert (candidate.d_model, candidate.n_layers, candidate.steps, candidate.min_lr, candidate.weight_decay) == \
-        (96, 2, 2600, 9e-5, 0.2)
-    assert (candidate.muon_ns_steps, candidate.fused_attention) == (4, False)  # the step made cheaper (stop 38)
-    assert (candidate.batch_size, candidate.packed, candidate.optimizer) == (256, True, "muon")  # as the preset
+    assert (candidate.d_model, candidate.n_layers, candidate.batch_size, candidate.steps) == (96, 2, 512, 1500)
+    assert (candidate.max_lr, candidate.min_lr, candidate.weight_decay) == (2.5e-2, 9e-5, 0.2)
+    assert (candidate.muon_ns_steps, candidate.fused_attention) == (4, False)  # the cheaper step
+    assert (candidate.packed, candidate.optimizer, candidate.eval_every) == (True, "muon", 250)  # as the preset
     padded = module.PADDED_CPU_CONFIG
     assert (padded.n_layers, padded.batch_size, padded.steps, padded.packed, padded.optimizer) == \
         (2, 128, 5800, False, "adamw")
