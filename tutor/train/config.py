@@ -32,7 +32,8 @@ class TrainConfig:
     cpu_threads: int | str | None = 1
     fused_kernels: bool = True  # F.scaled_dot_product_attention and F.layer_norm instead of the hand-written ones
     # with fused_kernels, False keeps the hand-written attention (F.layer_norm still): the same sums, and on a CPU
-    # faster for packed names once d_model is 96 (their [B, T, T] masks; benchmarks/train_names.py)
+    # faster for packed names once d_model is 96 (their [B, T, T] masks; benchmarks/train_names.py, 9-11 % a step at
+    # batches of 512)
     fused_attention: bool = True
     # train on the packed rows of ``tutor.data.make_packed_loader``: fit then wraps the model in ``PackedNames``
     packed: bool = False
