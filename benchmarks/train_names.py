@@ -423,7 +423,7 @@ def main(argv=None):
               f"{mean(new_runs, 'tokens_per_s') / old_run['tokens_per_s']:.2f}x the tokens per second")
 
     if device.type == "cpu":
-        note = " (a --quick or --steps run: not the preset)" if steps else ""
+        note = " (a --quick or --steps run: shorter than the configuration)" if steps else ""
         print(goal_line("goal (CPU)", GOAL, columns[0][1]) + note)
         print(goal_line("next goal (CPU), the preset", NEXT_GOAL, columns[0][1]) + note)
         if candidate is not None:
