@@ -16,6 +16,7 @@
 | ``TUTOR_DIST_START`` | how the notebook-10 check starts its processes (``fork``/``spawn``) | ``tutor.distributed`` |
 | ``TUTOR_MAINTAINER`` | tests: ``notebooks/`` must equal a fresh build exactly | ``tests/`` |
 | ``TUTOR_GRADE_RUN`` | set by the grader in its kernels: marks one graded notebook's processes | ``tutor.grading`` |
+| ``TUTOR_CHECK_REMOTE`` | tests: checks call the learner's code in another process, as graded | ``tutor.checks`` |
 
 "True" is one of ``1``, ``true``, ``yes``, ``on`` (any case, spaces ignored); everything else, an empty
 value included, is false. A switch that is on by default (``TUTOR_PROGRESS``) is off only for ``0``,
@@ -40,6 +41,7 @@ PROGRESS_FILE = "TUTOR_PROGRESS_FILE"
 DIST_START = "TUTOR_DIST_START"
 MAINTAINER = "TUTOR_MAINTAINER"
 GRADE_RUN = "TUTOR_GRADE_RUN"
+CHECK_REMOTE = "TUTOR_CHECK_REMOTE"
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})

@@ -8,7 +8,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from tutor import reference as ref
 
@@ -20,22 +19,6 @@ LAIKA = ref.encode("laika")  # [12, 1, 9, 11, 1]
 def laika_one_hot() -> torch.Tensor:
     """'laika' as one-hot vectors, float32 [5, 28] (notebook 01's running example)."""
     return ref.one_hot(torch.tensor(LAIKA), ref.vocab_size)
-
-
-# --- which torch functions learner code calls ------------------------------------------------
-
-
-class TorchCalls(TorchFunctionMode):
-    """``with TorchCalls() as calls: call(fn, x)``, then ``calls.seen`` names every torch function it called:
-    how a check forbids a library shortcut (notebook 01's softmax may not call torch.softmax)."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.seen.add(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
 
 
 # --- scaled dot-product attention (notebooks 02 and 03) -------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from tutor.checks.harness import Mismatch
+from tutor.checks import beside
+from tutor.checks.harness import Mismatch, at
 from tutor.shapes import explain
 
 # --------------------------------------------------------------------------------------
@@ -204,6 +205,4 @@ def load_reference_weights(learner: torch.nn.Module, reference: torch.nn.Module,
         biased = any(n.endswith("bias") for n in extra)
         hint = "the exercise asks for layers without bias: pass bias=False" if biased else None
         raise Mismatch(f"{what} has parameters the exercise does not ask for: {', '.join(extra[:4])}", hint=hint)
-    with torch.no_grad():
-        for name, param in theirs.items():
-            mine[name].copy_(param)
+    at(beside.assign_parameters)(learner, {name: param.detach() for name, param in theirs.items()})

@@ -157,8 +157,16 @@ class CheckTimeout(Exception):
     pass
 
 
+class Unreachable(Exception):
+    """The process that holds the learner's objects (when the grader checks them from another process) stopped, or
+    broke the protocol: see ``tutor.grading.remote``."""
+
+
 def _learner_frame(error: BaseException) -> str | None:
     """'line 4: return x / x.sum()' for the innermost frame outside torch and tutor."""
+    where = getattr(error, "__tutor_where__", None)  # raised in the learner's process (grading): it says where
+    if where or getattr(error, "__tutor_remote__", False):
+        return where
     frames = traceback.extract_tb(error.__traceback__)
     for frame in reversed(frames):
         fname = frame.filename.replace("\\", "/")
@@ -169,6 +177,72 @@ def _learner_frame(error: BaseException) -> str | None:
         code = (frame.line or "").strip()
         return f"line {frame.lineno} in {frame.name}(): {code}" if code else f"line {frame.lineno} in {frame.name}()"
     return None
+
+
+# --------------------------------------------------------------------------------------
+# Where the learner's code runs
+
+# The connection to the process holding the learner's objects while a check runs on them from another process
+# (``tutor.grading.remote``: the grader, or tests with TUTOR_CHECK_REMOTE); None when they are in this process.
+_PEER: contextvars.ContextVar = contextvars.ContextVar("tutor_peer", default=None)
+
+
+def at(obj, near=None):
+    """``obj`` as the learner's code sees it: what a check builds for the learner's code to use (an optimizer over
+    the learner's parameters, a copy of the learner's model, a stand-in model for ``generate``) must live where that
+    code runs. ``at(torch.optim.SGD)(model.parameters(), lr=0.1)`` builds the optimizer there.
+
+    In a notebook the learner's code runs in the check's own process, and ``at(obj)`` is ``obj``. When the grader
+    checks it from another process, ``at(obj)`` is a handle to the object of the same name in the learner's process
+    (a module-level function or class: ``torch``'s, ``copy``'s, ``tutor``'s). With ``near``, ``obj`` is found where
+    ``near`` lives: ``at(torch.optim.SGD, near=model)`` is the check's own SGD for a model of the check's."""
+    peer = _PEER.get()
+    if peer is None or (near is not None and _peer_of(near) is None):
+        return obj
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        raise TypeError(f"{obj!r} has no module-level name: it cannot be found in the learner's process")
+    return peer.resolve(f"{module}:{qualname}")
+
+
+def twin(module, *args, **kwargs):
+    """``module`` where the learner's code runs: ``module`` itself in a notebook; when graded, a module of the same
+    class built there from ``args`` and ``kwargs``, with the same weights and mode."""
+    if _PEER.get() is None:
+        return module
+    there = at(type(module))(*args, **kwargs)
+    there.load_state_dict(module.state_dict())
+    there.train(module.training)
+    return there
+
+
+def seed(n: int) -> None:
+    """Seed torch's global CPU generator (a GPU's generator is the learner's, and is left alone). When the learner's
+    code runs in another process, its next call starts from this seed too (``tutor.grading.remote``)."""
+    torch.default_generator.manual_seed(n)
+    peer = _PEER.get()
+    if peer is not None:
+        peer.reseeded = True
+
+
+def remote() -> bool:
+    """Whether the learner's code runs in another process than this check (see :func:`at`)."""
+    return _PEER.get() is not None
+
+
+@contextlib.contextmanager
+def may_change():
+    """Calls of the learner's code inside this block may change their arguments in place (the exercise asks for it:
+    ``count_pairs(ids, counts)`` adds to ``counts``). Elsewhere, when the grader runs the learner's code in another
+    process, a call that changes an argument it was given fails the check (see :func:`_run`)."""
+    peer = _PEER.get()
+    seen = len(peer.changed) if peer is not None else 0
+    try:
+        yield
+    finally:
+        if peer is not None:
+            del peer.changed[seen:]
 
 
 # --------------------------------------------------------------------------------------
@@ -206,9 +280,11 @@ def call(fn, *args, what: str | None = None, **kwargs):
         return fn(*args, **kwargs)
     except NotImplementedError:
         raise NotDone() from None
-    except (Mismatch, NotDone, CheckTimeout, LearnerError):
+    except (Mismatch, NotDone, CheckTimeout, LearnerError, Unreachable):
         raise
     except Exception as error:  # anything the learner's code raised
+        if getattr(error, "check_bug", False):  # the check sent what may not cross to the learner's process
+            raise
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
         raise LearnerError(what or f"{name}(...)", error) from error
 
@@ -253,7 +329,14 @@ def check(body=None, *, timeout: float = DEFAULT_TIMEOUT):
         @functools.wraps(body)
         def run(obj=None) -> CheckResult:
             start = time.perf_counter()
-            result = _run(name, exercise, body, obj, timeout)
+            peer = _peer_of(obj)
+            if env.flag(env.CHECK_REMOTE) and obj is not None and peer is None and _PEER.get() is None:
+                from tutor.grading import remote  # tests: the learner's code in a process of its own, as graded
+
+                with remote.forked(obj, timeout) as (there, peer):
+                    result = _run(name, exercise, body, there, timeout, peer)
+            else:
+                result = _run(name, exercise, body, obj, timeout, peer)
             result.seconds = time.perf_counter() - start
             RESULTS[name] = result
             _record_progress(result)
@@ -275,7 +358,17 @@ def _record_progress(result: CheckResult) -> None:
         pass
 
 
-def _run(name, exercise, body, obj, timeout) -> CheckResult:
+def _peer_of(obj):
+    """The connection to the learner's process when ``obj`` is a handle to an object there (else None)."""
+    import sys
+
+    remote = sys.modules.get("tutor.grading.remote")
+    return remote.peer_of(obj) if remote is not None else None
+
+
+def _run(name, exercise, body, obj, timeout, peer=None) -> CheckResult:
+    """Run ``body(obj)`` and turn whatever happens into a :class:`CheckResult`. ``peer``: the connection to the
+    process that holds ``obj`` when it is a handle (``tutor.grading.remote``)."""
     if obj is None or not callable(obj):
         kind = "class" if exercise.learner_name[:1].isupper() else "function"
         return CheckResult(
@@ -289,11 +382,13 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
         entered = []
         CASES[name] = entered
         token = _CASES.set(entered)
+        peer_token = _PEER.set(peer)
         try:
             with torch.random.fork_rng(devices=[]), _time_limit(timeout):
                 torch.default_generator.manual_seed(0)  # the CPU only: a GPU's generator is the learner's
                 note = body(obj)
         finally:
+            _PEER.reset(peer_token)
             _CASES.reset(token)
     except NotDone:
         return CheckResult(
@@ -319,6 +414,10 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
             name, "failed", f"your code ran for more than {timeout:.0f} s and was stopped",
             ["is there a loop that never ends, or a much larger computation than needed?"],
         )
+    except Unreachable as lost:
+        return CheckResult(name, "failed", "checking your code stopped the Python process that runs it",
+                           [str(lost), "does your code crash Python (a segmentation fault, os._exit) or use too much "
+                                       "memory?"])
     except KeyboardInterrupt:
         return CheckResult(name, "failed", "interrupted", [])
     except Exception as error:  # noqa: BLE001 - a bug in the check, or an odd object  # pragma: no cover
@@ -328,6 +427,11 @@ def _run(name, exercise, body, obj, timeout) -> CheckResult:
         )
     finally:
         torch.set_num_threads(threads)
+    if peer is not None and peer.changed:
+        return CheckResult(name, "failed", "your code changed an input it was given, in place",
+                           [f"it changed {', '.join(dict.fromkeys(peer.changed))} that a call passed to it",
+                            "Likely cause: an in-place operation (x += ..., x[...] = ..., .append, .add_) on an "
+                            "argument; work on a new object instead"])
     if note:
         note = note.replace("{cases}", str(len(entered)))  # counted, not written by hand
     return CheckResult(name, "passed", "passed" + (f" ({note})" if note else ""))

@@ -6,7 +6,17 @@ import torch
 
 from tutor import reference as ref
 from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights
-from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details, is_signature_error
+from tutor.checks.harness import (
+    LearnerError,
+    Mismatch,
+    build,
+    call,
+    case,
+    check,
+    error_details,
+    is_signature_error,
+    seed,
+)
 
 __all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
@@ -367,11 +377,11 @@ def _check_dropout(cls):
     with case(f"{label} in train mode"):
         mine.train()
         theirs.train()
-        torch.default_generator.manual_seed(1234)
+        seed(1234)
         got = call(mine, x.clone(), what="model.train(); model(x)")
         expect_tensor(got, expected, "the attention output in train mode")
         got = got.detach()
-        torch.default_generator.manual_seed(1234)
+        seed(1234)
         with torch.no_grad():
             same_seed = theirs(x)
         if torch.allclose(got, same_seed, atol=1e-5, rtol=1e-4):
@@ -390,7 +400,7 @@ def _check_dropout(cls):
                            "it belongs on the attention weights after the softmax"),
                 ("v", "dropout is applied to V; it belongs on the attention weights (after the softmax, before @ V)"),
             ]:
-                torch.default_generator.manual_seed(1234)
+                seed(1234)
                 if torch.allclose(got, _attend(theirs, x, None, False, dropout_at=where, p=0.1), atol=1e-5, rtol=1e-4):
                     raise Mismatch("dropout is in the wrong place", hint=text)
         # Different random numbers (e.g. a hand-written dropout): judge by behaviour instead.
@@ -400,7 +410,7 @@ def _check_dropout(cls):
                            [f"{zeros:.0%} of the output entries are exactly 0"],
                            hint="dropout is applied to the output; "
                                 "it belongs on the attention weights (after the softmax, before @ V)")
-        torch.default_generator.manual_seed(4321)
+        seed(4321)
         again = call(mine, x.clone(), what="model.train(); model(x)").detach()
         if torch.equal(got, again):
             raise Mismatch("in train mode the output is the same on every call: dropout should be random",

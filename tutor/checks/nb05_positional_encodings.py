@@ -4,8 +4,9 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
+from tutor.checks import beside
 from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights
-from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details
+from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details
 
 __all__ = ["sinusoidal_encoding", "PositionalEmbedding", "apply_rope"]
 
@@ -188,11 +189,8 @@ def PositionalEmbedding(cls):
     with case("backward through forward"):
         module.zero_grad()
         x = torch.randn(2, 5, d_model)
-        out = call(module, x)
-        grad = None
-        if out.requires_grad:
-            out.sum().backward()
-            grad = module.weight.grad
+        _, connected = call(at(beside.sum_backward), module, x, what="forward(x), then .sum().backward()")
+        grad = module.weight.grad if connected else None
         if grad is None or not torch.allclose(grad[:5], torch.full((5, d_model), 2.0)):
             raise Mismatch("no gradient reaches `weight`, so the table would never be learned",
                            hint="use self.weight directly, not self.weight.data or self.weight.detach()")

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from tutor import reference as ref
 from tutor.checks.common import rms_norm_centred, rms_norm_without_eps, swiglu_gate_on_w3
 from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights, shape_text
-from tutor.checks.harness import Mismatch, build, call, case, check
+from tutor.checks.harness import Mismatch, at, build, call, case, check
 
 __all__ = ["LayerNorm", "RMSNorm", "MLP", "SwiGLU", "TransformerBlock"]
 
@@ -219,7 +219,7 @@ def _check_norm(cls, name, make_reference, mistakes_of, init):
 
         with case("the module converted to bfloat16 (weights in bfloat16 too)"):
             reference3 = copy.deepcopy(reference).to(torch.bfloat16)
-            norm3 = copy.deepcopy(norm).to(torch.bfloat16)
+            norm3 = at(copy.deepcopy)(norm).to(torch.bfloat16)
             x = (100 + 2 * torch.randn(2, 4, 16)).to(torch.bfloat16)
             got = call(norm3, x.clone(), what=f"{name.lower()}(x) with weights and x in bfloat16")
             expected = reference3(x)

@@ -6,9 +6,10 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
+from tutor.checks import beside
 from tutor.checks.common import frequencies_close, top_k_probs
 from tutor.checks.compare import expect_close, load_reference_weights
-from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details
+from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details, seed
 
 __all__ = ["GPT", "generate"]
 
@@ -37,11 +38,7 @@ def _module(model, name, kind, what):
 
 
 def _is_tied(model) -> bool:
-    head, emb = getattr(model, "head", None), getattr(model, "tok_emb", None)
-    w_head, w_emb = getattr(head, "weight", None), getattr(emb, "weight", None)
-    if not isinstance(w_head, torch.Tensor) or not isinstance(w_emb, torch.Tensor):
-        return False
-    return w_head is w_emb or (w_head.data_ptr() == w_emb.data_ptr() and w_head.numel() > 0)
+    return bool(at(beside.is_tied)(model))
 
 
 def _structure(model, config):
@@ -246,7 +243,7 @@ def GPT(cls):
 
 
 def _check_gpt(cls):
-    torch.default_generator.manual_seed(0)
+    seed(0)
     config = ref.GPTConfig(**SMALL)
     with case("GPT(GPTConfig(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2))"):
         model = build(cls, config, what="GPT(config)")
@@ -318,14 +315,13 @@ def _check_dropout(cls):
     model = build(cls, config, what="GPT(GPTConfig(..., dropout=0.5))")
     _structure(model, config)
     reference = ref.GPT(config)
-    load_reference_weights(model, reference, "your GPT")
     with torch.no_grad():  # make every block the identity: its residual branches write zeros
-        for m in (model, reference):
-            for block in m.blocks:
-                for layer in (block.attn.out_proj, block.mlp.proj):
-                    layer.weight.zero_()
-                    if layer.bias is not None:
-                        layer.bias.zero_()
+        for block in reference.blocks:
+            for layer in (block.attn.out_proj, block.mlp.proj):
+                layer.weight.zero_()
+                if layer.bias is not None:
+                    layer.bias.zero_()
+    load_reference_weights(model, reference, "your GPT")
     ids = torch.randint(0, config.vocab_size, (4, config.max_len))
     model.eval()
     reference.eval()
@@ -354,35 +350,6 @@ def _check_dropout(cls):
 # --- generate -----------------------------------------------------------------------------
 
 
-class ContextTooLong(Exception):
-    pass
-
-
-class FakeLM(nn.Module):
-    """A stand-in for a GPT whose next-token logits depend only on the token at each position.
-
-    ``forward(ids)[b, t] = table[ids[b, t]]``, so the distribution of the next token is known
-    exactly. It records what generate feeds it, and refuses contexts longer than max_len (as the
-    real model's position embedding does).
-    """
-
-    def __init__(self, table, max_len):
-        super().__init__()
-        V = table.shape[0]
-        self.config = ref.GPTConfig(vocab_size=V, max_len=max_len, d_model=8, n_heads=1, n_layers=1)
-        self.table = nn.Parameter(table.clone())
-        self.drop = nn.Dropout(0.0)
-        self.seen = []
-
-    def forward(self, ids, mask=None):
-        self.seen.append({"ids": ids.detach().clone() if isinstance(ids, torch.Tensor) else ids,
-                          "training": self.training or self.drop.training, "grad": torch.is_grad_enabled()})
-        T = ids.shape[-1]
-        if T > self.config.max_len:
-            raise ContextTooLong(f"the model got a context of {T} tokens, but its max_len is {self.config.max_len}")
-        return self.drop(self.table[ids])
-
-
 CROP_HINT = ("crop the context before every forward pass: context = ids[:, -model.config.max_len:] "
              "(the position embedding has only max_len rows)")
 
@@ -394,7 +361,7 @@ def _generate(fn, model, ids, n, what=None, **kw):
     try:
         out = call(fn, model, ids, n, what=label, **kw)
     except LearnerError as e:
-        if isinstance(e.error, ContextTooLong) or (
+        if isinstance(e.error, beside.ContextTooLong) or (
                 isinstance(e.error, IndexError) and ids.shape[-1] + n > model.config.max_len):
             raise Mismatch("the context is not cropped: the model received more than max_len tokens",
                            error_details(e)[:1], hint=CROP_HINT) from None
@@ -450,7 +417,7 @@ def _table(V, seed):
 def _sampling_case(fn, table, prompt, temperature, top_k, N=4000):
     """Sample one token after ``prompt`` in N rows; compare the frequencies with the exact distribution."""
     V = table.shape[0]
-    model = FakeLM(table, max_len=8)
+    model = at(beside.FakeLM)(table, max_len=8)
     ids = torch.tensor(prompt).repeat(N, 1)
     kw = {"temperature": temperature} if top_k is None else {"temperature": temperature, "top_k": top_k}
     out = _generate(fn, model, ids, 1, what=f"generate(model, ids [{N}, {len(prompt)}], 1, "
@@ -523,27 +490,27 @@ def _check_generate(fn):
     V = 8
     table = _table(V, 1)
     with case("shape, dtype and prompt: ids [3, 4], 5 new tokens, top_k=1"):
-        model = FakeLM(table, max_len=16)
+        model = at(beside.FakeLM)(table, max_len=16)
         ids = torch.tensor([[1, 2, 3, 4], [0, 0, 0, 0], [7, 5, 3, 1]])
         out = _generate(fn, model, ids, 5, top_k=1)
-        expected = ref.generate(FakeLM(table, max_len=16), ids, 5, top_k=1)
+        expected = ref.generate(beside.FakeLM(table, max_len=16), ids, 5, top_k=1)
         _expect_same_ids(out, expected, ids.shape[1], table, 16)
     with case("no new tokens: max_new_tokens=0"):
-        out = _generate(fn, FakeLM(table, max_len=16), ids, 0)
+        out = _generate(fn, at(beside.FakeLM)(table, max_len=16), ids, 0)
     with case("a context longer than max_len: ids [2, 5], 7 new tokens, max_len=6, top_k=1"):
-        model, ref_model = FakeLM(table, max_len=6), FakeLM(table, max_len=6)
+        model, ref_model = at(beside.FakeLM)(table, max_len=6), beside.FakeLM(table, max_len=6)
         ids = torch.tensor([[3, 1, 4, 1, 5], [2, 7, 1, 0, 6]])
         out = _generate(fn, model, ids, 7, top_k=1)
         expected = ref.generate(ref_model, ids, 7, top_k=1)
         _expect_contexts(model.seen, out, ids.shape[1], 7, 6)
         _expect_same_ids(out, expected, ids.shape[1], table, 6)
     with case("train mode before generate"):
-        model = FakeLM(table, max_len=8)
+        model = at(beside.FakeLM)(table, max_len=8)
         model.train()
         _generate(fn, model, torch.tensor([[1, 2]]), 3, top_k=1)
         _expect_modes(model, was_training=True)
     with case("eval mode before generate"):
-        model = FakeLM(table, max_len=8)
+        model = at(beside.FakeLM)(table, max_len=8)
         model.eval()
         _generate(fn, model, torch.tensor([[1, 2]]), 3, top_k=1)
         _expect_modes(model, was_training=False)
@@ -559,10 +526,12 @@ def _check_generate(fn):
         _sampling_case(fn, tied, prompt, 1.0, 2)
     with case("a real GPT: ids [2, 12] (longer than max_len=8), 4 new tokens, top_k=1"):
         config = ref.GPTConfig(**SMALL)
-        gpt = ref.GPT(config)
+        reference = ref.GPT(config)
+        gpt = at(ref.GPT)(config)
+        gpt.load_state_dict(reference.state_dict())
         ids = torch.randint(0, config.vocab_size, (2, 12))
         out = _generate(fn, gpt, ids, 4, top_k=1)  # an IndexError in pos_emb is reported as "crop the context"
-        _expect_same_ids(out, ref.generate(gpt, ids, 4, top_k=1), ids.shape[1])
+        _expect_same_ids(out, ref.generate(reference, ids, 4, top_k=1), ids.shape[1])
         if not gpt.training:
             raise Mismatch("generate left the GPT in eval mode; it was in train mode before",
                            hint="remember was_training = model.training, and call model.train(was_training) at the end")

@@ -5,12 +5,12 @@ import inspect
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from tutor import reference as ref
+from tutor.checks import beside
 from tutor.checks.compare import expect_close, first_difference
-from tutor.checks.harness import LearnerError, Mismatch, call, case, check, error_details
+from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, error_details, seed, twin
 from tutor.data import NamesDataset, collate, make_loader
 
 __all__ = ["lm_loss", "lr_schedule", "train_step", "evaluate"]
@@ -77,8 +77,9 @@ LOSS_SHAPE_HINT = ("F.cross_entropy wants the classes on dim 1: flatten with log
 def _run_loss(fn, logits, y, ignore_index, label, hint=None):
     leaf = logits.clone().requires_grad_(True)
     try:
-        got = call(fn, leaf, y.clone(), ignore_index,
-                   what=f"lm_loss(logits {list(logits.shape)}, targets {list(y.shape)}, ignore_index={ignore_index})")
+        got, grad = call(at(beside.value_and_grad), fn, leaf, y.clone(), ignore_index,
+                         what=f"lm_loss(logits {list(logits.shape)}, targets {list(y.shape)}, "
+                              f"ignore_index={ignore_index})")
     except LearnerError as e:
         msg = str(e.error)
         if ("Expected target size" in msg or "expected input batch_size" in msg.lower()
@@ -103,7 +104,6 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
         raise Mismatch("the loss does not depend on the logits through autograd (requires_grad is False)",
                        hint="don't use .item(), .detach(), numpy or torch.no_grad() inside lm_loss: "
                             "train_step must be able to call loss.backward()")
-    (grad,) = torch.autograd.grad(got, leaf, allow_unused=True)
     leaf_ref = logits.clone().requires_grad_(True)
     (expected_grad,) = torch.autograd.grad(ref.lm_loss(leaf_ref, y, ignore_index), leaf_ref)
     if grad is None:
@@ -115,7 +115,7 @@ def _run_loss(fn, logits, y, ignore_index, label, hint=None):
 
 @check
 def lm_loss(fn):
-    torch.default_generator.manual_seed(0)
+    seed(0)
     V, ignore = 28, 27
     cases = [
         ("names batch: logits [3, 6, 28], padded targets, ignore_index=27", 3, 6, V, ignore, [6, 4, 2]),
@@ -262,39 +262,6 @@ def lr_schedule(fn):
 # --- train_step -----------------------------------------------------------------------------
 
 
-class Toy(nn.Module):
-    """The smallest language model: an embedding and a linear layer (a bigram model with a hidden layer).
-
-    Its weights are large, so the gradient norm is well above 1 and clipping matters.
-    """
-
-    def __init__(self, V=7, d=5, scale=10.0, dropout=0.0):
-        super().__init__()
-        self.config = ref.GPTConfig(vocab_size=V, max_len=8, d_model=d, n_heads=1, n_layers=1)
-        self.emb = nn.Embedding(V, d)
-        self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(d, V)
-        with torch.no_grad():
-            self.out.weight.mul_(scale)
-
-    def forward(self, ids, mask=None):
-        return self.out(self.drop(self.emb(ids)))
-
-
-class Recorder(nn.Module):
-    """Wraps a model and records, at each forward pass, the train/eval mode and whether grad is enabled."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-        self.config = getattr(model, "config", None)
-        self.seen = []
-
-    def forward(self, ids, mask=None):
-        self.seen.append({"training": self.training, "grad": torch.is_grad_enabled(), "shape": tuple(ids.shape)})
-        return self.model(ids)
-
-
 def _toy_batch(B, T, V, lengths, ignore_index):
     x = torch.randint(0, V - 1, (B, T))
     y = _padded_targets(B, T, V, ignore_index, lengths)
@@ -369,9 +336,10 @@ TRAIN_STEP_MISTAKES = {
 }
 
 
-def _run_train_step(fn, model, batches, make_opt, ignore_index, clip, label, pass_clip=True):
-    """Run the learner's train_step on a copy of ``model``; compare losses and parameters with the reference."""
-    mine = copy.deepcopy(model)
+def _run_train_step(fn, model, there, batches, make_opt, ignore_index, clip, label, pass_clip=True):
+    """Run the learner's train_step on a copy of ``model`` (``there``: ``model`` where the learner's code runs, see
+    ``harness.twin``); compare losses and parameters with the reference."""
+    mine = at(copy.deepcopy)(there)
     opt = make_opt(mine)
     got_losses = []
     for i, (x, y) in enumerate(batches):
@@ -456,7 +424,7 @@ def model_vocab(model):
 
 def describe(model):
     """How a message names the check's own test model (its parameter names are not the learner's)."""
-    if isinstance(model, Toy):
+    if isinstance(model, beside.Toy):
         return "an nn.Embedding `emb` and an nn.Linear `out`, not a model of yours"
     return f"a {type(model).__name__} built by the check"
 
@@ -476,7 +444,7 @@ def is_device_error(error) -> bool:
 
 
 def _sgd(lr):
-    return lambda m: torch.optim.SGD(m.parameters(), lr=lr)
+    return lambda m: at(torch.optim.SGD, near=m)(m.parameters(), lr=lr)
 
 
 NO_DEFAULT = inspect.Parameter.empty
@@ -484,11 +452,8 @@ NO_DEFAULT = inspect.Parameter.empty
 
 def _parameter_default(fn, name):
     """The default value of ``fn``'s parameter ``name``, or NO_DEFAULT when there is none."""
-    try:
-        parameter = inspect.signature(fn).parameters.get(name)
-    except (TypeError, ValueError):
-        return NO_DEFAULT
-    return NO_DEFAULT if parameter is None else parameter.default
+    found, default = at(beside.parameter_default)(fn, name)
+    return default if found else NO_DEFAULT
 
 
 @check
@@ -501,39 +466,40 @@ def _check_train_step(fn):
     if clip is not NO_DEFAULT and clip != 1.0:
         raise Mismatch(f"the default of `clip` is {clip!r}; the exercise asks for 1.0",
                        hint="def train_step(model, batch, optimizer, ignore_index, clip=1.0):")
-    torch.default_generator.manual_seed(0)
+    seed(0)
     V, ignore = 7, 6
-    toy = Toy(V)
+    toy = beside.Toy(V)
+    there = twin(toy, V)
     b1 = _toy_batch(3, 5, V, [5, 3, 2], ignore)
     b2 = _toy_batch(2, 4, V, [4, 1], ignore)
 
     with case("one step, SGD(lr=0.1), the default clip=1.0 (the gradient norm is above 1)"):
-        _run_train_step(fn, toy, [b1], _sgd(0.1), ignore, None, "", pass_clip=False)
+        _run_train_step(fn, toy, there, [b1], _sgd(0.1), ignore, None, "", pass_clip=False)
     with case("two calls in a row, SGD(lr=0.1), clip=1.0"):
-        _run_train_step(fn, toy, [b1, b2], _sgd(0.1), ignore, 1.0, "")
+        _run_train_step(fn, toy, there, [b1, b2], _sgd(0.1), ignore, 1.0, "")
     with case("clip=None (no clipping), SGD(lr=0.1)"):
-        _run_train_step(fn, toy, [b1, b2], _sgd(0.1), ignore, None, "")
+        _run_train_step(fn, toy, there, [b1, b2], _sgd(0.1), ignore, None, "")
     with case("clip=0.25, SGD(lr=0.1)"):
-        _run_train_step(fn, toy, [b1], _sgd(0.1), ignore, 0.25, "")
+        _run_train_step(fn, toy, there, [b1], _sgd(0.1), ignore, 0.25, "")
     for other in (0, -100):  # an ignore_index that is not V - 1: the argument must be used, not derived
         with case(f"ignore_index={other} (the last class, {V - 1}, is a real target here), SGD(lr=0.1)"):
             batches = [_toy_batch(3, 5, V, [5, 3, 2], other), _toy_batch(2, 4, V, [4, 1], other)]
             for _, yb in batches:
                 yb[:, 0] = V - 1
-            _run_train_step(fn, toy, batches, _sgd(0.1), other, 1.0, "")
+            _run_train_step(fn, toy, there, batches, _sgd(0.1), other, 1.0, "")
 
     with case("a small GPT (V=28, 2 layers) with AdamW, a padded batch of names"):
         config = ref.GPTConfig(vocab_size=28, max_len=8, d_model=16, n_heads=2, n_layers=2)
         gpt = ref.GPT(config)
         x, y = ref_batch(["laika", "zoe", "ana"])
-        adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2)  # noqa: E731
-        _run_train_step(fn, gpt, [(x, y), (x, y)], adamw, ref.PAD_Y, 1.0, "")
+        adamw = lambda m: at(torch.optim.AdamW, near=m)(m.parameters(), lr=1e-2)  # noqa: E731
+        _run_train_step(fn, gpt, twin(gpt, config), [(x, y), (x, y)], adamw, ref.PAD_Y, 1.0, "")
 
     for mode in ("eval", "train"):
         with case(f"the model is in {mode} mode before the call"):
-            model = Recorder(Toy(V, dropout=0.0))
+            model = at(beside.Recorder)(at(beside.Toy)(V, dropout=0.0))
             model.train(mode == "train")
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            opt = at(torch.optim.SGD)(model.parameters(), lr=0.1)
             call(fn, model, b1, opt, ignore, what="train_step(model, (x, y), optimizer, ignore_index)")
             if model.training != (mode == "train"):
                 now = "train" if model.training else "eval"
@@ -602,11 +568,13 @@ def _eval_candidates(model, loader, ignore_index, max_batches):
     ]
 
 
-def _run_evaluate(fn, model, loader, ignore_index, max_batches, label, pass_max=True):
+def _run_evaluate(fn, model, there, loader, ignore_index, max_batches, label, pass_max=True, loader_there=None):
+    """``there`` (and ``loader_there``): ``model`` (and ``loader``) where the learner's code runs (``harness.twin``)."""
     model_copy = copy.deepcopy(model)
     kwargs = {"max_batches": max_batches} if pass_max else {}
     shown = "evaluate(model, loader, ignore_index" + (f", max_batches={max_batches})" if pass_max else ")")
-    got = call(fn, model, loader, ignore_index, what=shown, **kwargs)
+    got = call(fn, at(copy.deepcopy)(there), loader if loader_there is None else loader_there, ignore_index,
+               what=shown, **kwargs)
     if isinstance(got, torch.Tensor):
         raise Mismatch("evaluate returned a tensor; it should return a Python float",
                        hint="accumulate Python numbers (loss.item()) and return total / count")
@@ -632,34 +600,37 @@ def evaluate(fn):
 
 
 def _check_evaluate(fn):
-    torch.default_generator.manual_seed(0)
+    seed(0)
     V, ignore = 7, 6
-    toy = Toy(V)
+    toy = beside.Toy(V)
+    there = twin(toy, V)
     # batches with very different numbers of real targets, so a mean of batch means is visibly wrong
     loader = [_toy_batch(3, 5, V, [5, 5, 4], ignore), _toy_batch(2, 3, V, [1, 1], ignore),
               _toy_batch(4, 6, V, [6, 2, 3, 1], ignore), _toy_batch(1, 2, V, [2], ignore)]
     with case("4 batches of different sizes (a list of (x, y) pairs)"):
-        _run_evaluate(fn, toy, loader, ignore, None, "", pass_max=False)
+        _run_evaluate(fn, toy, there, loader, ignore, None, "", pass_max=False)
     with case("max_batches=2"):
-        _run_evaluate(fn, toy, loader, ignore, 2, "")
+        _run_evaluate(fn, toy, there, loader, ignore, 2, "")
     with case("max_batches=10, more than there are"):
-        _run_evaluate(fn, toy, loader, ignore, 10, "")
+        _run_evaluate(fn, toy, there, loader, ignore, 10, "")
     for other in (0, -100):  # an ignore_index that is not V - 1: the argument must be used, not derived
         with case(f"ignore_index={other} (the last class, {V - 1}, is a real target here)"):
             batches = [_toy_batch(3, 5, V, [5, 5, 4], other), _toy_batch(2, 3, V, [1, 1], other),
                        _toy_batch(4, 6, V, [6, 2, 3, 1], other)]
             for _, yb in batches:
                 yb[:, 0] = V - 1
-            _run_evaluate(fn, toy, batches, other, None, "")
+            _run_evaluate(fn, toy, there, batches, other, None, "")
     with case("a small GPT on a DataLoader of names, ignore_index=27"):
 
-        gpt = ref.GPT(ref.GPTConfig(vocab_size=28, max_len=16, d_model=16, n_heads=2, n_layers=1))
+        config = ref.GPTConfig(vocab_size=28, max_len=16, d_model=16, n_heads=2, n_layers=1)
+        gpt = ref.GPT(config)
         names = ["laika", "zoe", "ana", "maximilian", "bo", "evelyn", "tom"]
-        _run_evaluate(fn, gpt, make_loader(names, batch_size=3, shuffle=False), ref.PAD_Y, None, "")
+        _run_evaluate(fn, gpt, twin(gpt, config), make_loader(names, batch_size=3, shuffle=False), ref.PAD_Y, None,
+                      "", loader_there=at(make_loader)(names, batch_size=3, shuffle=False))
 
     for mode in ("train", "eval"):
         with case(f"the model is in {mode} mode before the call"):
-            model = Recorder(Toy(V))
+            model = at(beside.Recorder)(at(beside.Toy)(V))
             model.train(mode == "train")
             call(fn, model, loader, ignore, what="evaluate(model, loader, ignore_index)")
             if not model.seen:

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
+from tutor.checks import beside
 from tutor.checks.common import (
     frequencies_close,
     rms_norm_centred,
@@ -18,7 +19,7 @@ from tutor.checks.common import (
     top_k_probs,
 )
 from tutor.checks.compare import expect_close, load_reference_weights
-from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, error_details
+from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details, seed
 
 __all__ = ["KVCache", "RotaryAttention", "ModernBlock", "ModernGPT", "generate_cached"]
 
@@ -31,17 +32,7 @@ CACHE_HINT = ("with a cache: rotate q and k at `positions` first, then k, v = ca
               "torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T), with S = k.shape[-2]")
 
 
-def _randomise(module, seed=0):
-    """Weights of a trained-looking size, so that every part visibly matters."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.dim() == 2:
-                scale = 1.0 if name.endswith("emb.weight") else 1.0 / math.sqrt(p.shape[1])
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
-            else:
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
-    return module
+_randomise = beside.randomise
 
 
 # --- rotary attention and its classic mistakes ------------------------------------------------
@@ -185,7 +176,7 @@ def _expect_rotated_in_cache(held, attn, x, positions, layer):
 
 @check
 def RotaryAttention(cls):
-    torch.default_generator.manual_seed(0)
+    seed(0)
     with case(f"RotaryAttention({D}, {H})"):
         attn = build(cls, D, H, what=f"RotaryAttention({D}, {H})")
         _structure_linear(attn, ["q_proj", "k_proj", "v_proj", "out_proj"], "RotaryAttention")
@@ -216,7 +207,7 @@ def RotaryAttention(cls):
     chunks = [(0, 4), (4, 5), (5, 7)]
     label = "a KVCache(1): attn(x[:, 0:4], cache=cache), then x[:, 4:5], then x[:, 5:7]"
     with case(label, hint_on_error=CACHE_HINT):
-        cache, ref_cache = ref.KVCache(1), ref.KVCache(1)
+        cache, ref_cache = at(ref.KVCache)(1), ref.KVCache(1)
         with torch.no_grad():
             got, expected = _run_chunks(attn, reference, x, chunks, cache, ref_cache, "attn")
             full = reference(x)
@@ -245,7 +236,7 @@ def RotaryAttention(cls):
             _expect_rotated_in_cache(cache.keys[0], reference, x, torch.arange(7), 0)
     label = "a KVCache(2), layer=1, explicit positions: x[:, 0:3], then x[:, 3:4]"
     with case(label, hint_on_error=CACHE_HINT):
-        cache, ref_cache = ref.KVCache(2), ref.KVCache(2)
+        cache, ref_cache = at(ref.KVCache)(2), ref.KVCache(2)
         x = torch.randn(1, 4, D)
         with torch.no_grad():
             got = []
@@ -296,7 +287,7 @@ def _update(cache, layer, k, v):
 
 @check
 def KVCache(cls):
-    torch.default_generator.manual_seed(0)
+    seed(0)
     k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
     k1b, v1b = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
     k2, v2 = torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5)
@@ -485,7 +476,7 @@ def _block_theta(cls):
 
 @check
 def ModernBlock(cls):
-    torch.default_generator.manual_seed(0)
+    seed(0)
     label = f"ModernBlock({D}, {H}, 24)"
     with case(label):
         block = build(cls, D, H, 24, what=label)
@@ -518,7 +509,7 @@ def ModernBlock(cls):
                              mistakes=mistakes)
     _block_theta(cls)
     with case("a KVCache(2), layer=1: x[:, 0:4] at positions 0..3, then x[:, 4:5] at position 4"):
-        cache, ref_cache = ref.KVCache(2), ref.KVCache(2)
+        cache, ref_cache = at(ref.KVCache)(2), ref.KVCache(2)
         x = torch.randn(2, 5, D)
         with torch.no_grad():
             got = [call(block, x[:, a:b], positions=torch.arange(a, b), cache=cache, layer=1,
@@ -616,7 +607,7 @@ def _modern_structure(model, config):
     if not isinstance(head, nn.Linear):
         raise Mismatch("your ModernGPT has no nn.Linear `head`",
                        hint="self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)")
-    if head.weight is model.tok_emb.weight:
+    if at(beside.is_tied)(model):
         raise Mismatch("the head shares its weight with tok_emb (weight tying)",
                        hint="keep self.head = nn.Linear(d_model, vocab_size, bias=False) separate")
     expected = config.d_hidden or ref.swiglu_hidden(config.d_model)
@@ -634,7 +625,7 @@ def _modern_structure(model, config):
 
 @check
 def ModernGPT(cls):
-    torch.default_generator.manual_seed(0)
+    seed(0)
     config = ref.ModernConfig(**SMALL)
     with case("ModernGPT(ModernConfig(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2))"):
         model = _build_gpt(cls, config, "ModernGPT(config)")
@@ -659,7 +650,7 @@ def ModernGPT(cls):
     with case("a KVCache: model(ids[:, :5], cache=cache), then ids[:, 5:6], ids[:, 6:7], ids[:, 7:8]"):
         ids = torch.randint(0, V, (2, M))
         chunks = [(0, 5), (5, 6), (6, 7), (7, 8)]
-        cache = ref.KVCache(config.n_layers)
+        cache = at(ref.KVCache)(config.n_layers)
         with torch.no_grad():
             got = []
             for a, b in chunks:
@@ -751,25 +742,6 @@ def _init_statistics(cls):
 # --- cached generation ------------------------------------------------------------------------
 
 
-class CountingGPT(ref.ModernGPT):
-    """The reference ModernGPT that records how it is called (tokens fed, cache, mode, gradients)."""
-
-    def __init__(self, config, peaked=False, seed=0):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            super().__init__(config)
-            if peaked:  # the two largest logits far apart: greedy decoding does not depend on rounding
-                _randomise(self, seed)
-                with torch.no_grad():
-                    self.head.weight.mul_(30)
-        self.calls = []
-
-    def forward(self, ids, positions=None, cache=None):
-        self.calls.append({"ids": ids.detach().clone() if isinstance(ids, torch.Tensor) else ids,
-                           "cache": cache, "training": self.training, "grad": torch.is_grad_enabled()})
-        return super().forward(ids, positions, cache)
-
-
 def _cached(fn, model, ids, n, **kw):
     label = f"generate_cached(model, ids [{', '.join(map(str, ids.shape))}], {n}{_kw(kw)})"
     before = ids.clone()
@@ -835,15 +807,6 @@ def _expect_calls(model, T0, n, prompt=None):
 TABLE_PROMPT = [5, 2, 6]
 
 
-def _table_model():
-    """A one-layer model whose next token after TABLE_PROMPT is spread over all 8 tokens (the most likely: 19 %)."""
-    model = CountingGPT(ref.ModernConfig(vocab_size=8, max_len=8, d_model=16, n_heads=2, n_layers=1))
-    _randomise(model, 3)
-    with torch.no_grad():
-        model.head.weight.mul_(0.6)
-    return model
-
-
 def _not_greedy(fn, model, ids, out, expected):
     """The Mismatch for top_k=1 tokens that differ from generate's, with its likely cause."""
     b, t = (out != expected).nonzero()[0].tolist()
@@ -869,7 +832,8 @@ def _tokens_drawn_with_top_k_1(fn):
     """How many different tokens fn draws after 100 copies of one prompt with top_k=1 (1 when top_k works)."""
     ids = torch.tensor(TABLE_PROMPT).repeat(100, 1)
     try:
-        out = call(fn, _table_model(), ids, 1, top_k=1, what="generate_cached(model, ids [100, 3], 1, top_k=1)")
+        out = call(fn, at(beside.table_model)(), ids, 1, top_k=1,
+                   what="generate_cached(model, ids [100, 3], 1, top_k=1)")
         return len(set(out[:, -1].tolist()))
     except (LearnerError, TypeError, AttributeError, IndexError):  # only a diagnosis: if it fails, no cause
         return 0
@@ -880,15 +844,15 @@ def generate_cached(fn):
     config = ref.ModernConfig(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=2)
     note = None
     with case("ids [3, 4], 6 new tokens, top_k=1 (a model whose largest logit stands out)"):
-        model = CountingGPT(config, peaked=True)
+        model = at(beside.counting_gpt)(config, peaked=True)
         ids = torch.randint(0, 13, (3, 4))
         out = _cached(fn, model, ids, 6, top_k=1)
         note = _expect_calls(model, 4, 6, ids)
-        expected = ref.generate(CountingGPT(config, peaked=True), ids, 6, top_k=1)
+        expected = ref.generate(beside.counting_gpt(config, peaked=True), ids, 6, top_k=1)
         if not torch.equal(out, expected):
             raise _not_greedy(fn, model, ids, out, expected)
     with case("ids [2, 1], 15 new tokens (T0 + max_new_tokens = max_len = 16), top_k=1"):
-        model = CountingGPT(config, peaked=True, seed=1)
+        model = at(beside.counting_gpt)(config, peaked=True, seed=1)
         ids = torch.randint(0, 13, (2, 1))
         try:
             out = _cached(fn, model, ids, 15, top_k=1)
@@ -898,11 +862,11 @@ def generate_cached(fn):
                                hint="only T0 + max_new_tokens > model.config.max_len is too long (not >=)") from None
             raise
         _expect_calls(model, 1, 15)
-        expected = ref.generate(CountingGPT(config, peaked=True, seed=1), ids, 15, top_k=1)
+        expected = ref.generate(beside.counting_gpt(config, peaked=True, seed=1), ids, 15, top_k=1)
         if not torch.equal(out, expected):
             raise _not_greedy(fn, model, ids, out, expected)
     with case("ids [1, 10], 7 new tokens: more than max_len = 16"):
-        model = CountingGPT(config)
+        model = at(beside.counting_gpt)(config)
         try:
             call(fn, model, torch.zeros(1, 10, dtype=torch.long), 7, what="generate_cached(model, ids [1, 10], 7)")
         except LearnerError as e:
@@ -915,10 +879,10 @@ def generate_cached(fn):
                            hint="check at the start: if T0 + max_new_tokens > model.config.max_len: "
                                 "raise ValueError(\"...\")")
     with case("no new tokens: max_new_tokens=0"):
-        _cached(fn, CountingGPT(config), torch.zeros(2, 3, dtype=torch.long), 0)
+        _cached(fn, at(beside.counting_gpt)(config), torch.zeros(2, 3, dtype=torch.long), 0)
     for mode in ("train", "eval"):
         with case(f"{mode} mode before generate_cached"):
-            model = CountingGPT(config)
+            model = at(beside.counting_gpt)(config)
             model.train(mode == "train")
             _cached(fn, model, torch.zeros(1, 2, dtype=torch.long), 3)
             _expect_calls(model, 2, 3)
@@ -926,9 +890,9 @@ def generate_cached(fn):
                 after = "eval" if mode == "train" else "train"
                 raise Mismatch(f"generate_cached left the model in {after} mode; it was in {mode} mode",
                                hint="was_training = model.training at the start, model.train(was_training) at the end")
-    table_model, prompt = _table_model(), TABLE_PROMPT
+    table_model, prompt = at(beside.table_model)(), TABLE_PROMPT
     with torch.no_grad():
-        logits = table_model(torch.tensor([prompt]))[0, -1].double()
+        logits = beside.table_model()(torch.tensor([prompt]))[0, -1].double()
     for label, temperature, top_k in [("temperature 1", 1.0, None), ("temperature 0.5", 0.5, None),
                                       ("top_k=3, temperature 2", 2.0, 3)]:
         with case(f"sampling 4000 rows after [5, 2, 6], {label}"):

@@ -12,17 +12,13 @@ with what Gloo said in words (its C++ crash report stays out of the notebook: ``
 """
 
 
-import functools
-from collections import Counter
-from contextlib import contextmanager
 
 import torch
-import torch.distributed as dist
-import torch.nn as nn
 
 from tutor import reference as ref
-from tutor.checks.harness import LearnerError, Mismatch, NotDone, call, case, check
-from tutor.distributed import NoProcessGroup, RanksStopped, gloo_reason, learner_where, run_in_group, start_method
+from tutor.checks import beside
+from tutor.checks.harness import LearnerError, Mismatch, NotDone, at, call, case, check, seed
+from tutor.distributed import NoProcessGroup, RanksStopped, gloo_reason, run_in_group, start_method
 
 __all__ = ["get_batch", "flops_per_token", "average_gradients"]
 # What the checks import only when they run: the grader imports it before any learner code (tutor.grading.kernel).
@@ -104,6 +100,11 @@ def _offsets(x, y, data):
     return offsets
 
 
+def _generator(number):
+    """A generator seeded with ``number``, where the learner's code runs (it draws from it)."""
+    return at(torch.Generator)().manual_seed(number)
+
+
 GLOBAL_RNG = ("with generator=None, leave it None and pass it on: torch.randint(..., generator=generator) then "
               "draws from torch's global generator, which torch.manual_seed (and tutor.seed_everything) seeds, "
               "so a run can be repeated. Don't make a generator of your own: `generator or torch.Generator()` "
@@ -116,9 +117,9 @@ def _global_rng(fn):
     data = torch.arange(200)
     what = "get_batch(data [200], block_size=8, batch_size=16)"
 
-    def batch(seed=None):
-        if seed is not None:
-            torch.manual_seed(seed)
+    def batch(number=None):
+        if number is not None:
+            seed(number)
         return _batch(fn, data, 8, 16, None, what)[0]
 
     first, second = batch(5), batch()
@@ -142,23 +143,23 @@ def _global_rng(fn):
 def get_batch(fn):
     with case("data = arange(100), block_size 8, batch_size 4"):
         data = torch.arange(100)
-        x, y = _batch(fn, data, 8, 4, torch.Generator().manual_seed(0),
+        x, y = _batch(fn, data, 8, 4, _generator(0),
                       "get_batch(data [100], block_size=8, batch_size=4, generator=g)")
         _offsets(x, y, data)
     with case("block_size 1, batch_size 3, data = arange(50) + 7"):
         data = torch.arange(50) + 7
-        x, y = _batch(fn, data, 1, 3, torch.Generator().manual_seed(1),
+        x, y = _batch(fn, data, 1, 3, _generator(1),
                       "get_batch(data [50], block_size=1, batch_size=3, generator=g)")
         _offsets(x, y, data)
     with case("the same seed twice: data [100], block_size 8, batch_size 16"):
         data = torch.arange(100)
-        a = _batch(fn, data, 8, 16, torch.Generator().manual_seed(123), "get_batch(..., generator=seeded g)")
-        b = _batch(fn, data, 8, 16, torch.Generator().manual_seed(123), "get_batch(..., generator=seeded g)")
+        a = _batch(fn, data, 8, 16, _generator(123), "get_batch(..., generator=seeded g)")
+        b = _batch(fn, data, 8, 16, _generator(123), "get_batch(..., generator=seeded g)")
         if not (torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])):
             raise Mismatch("two generators with the same seed gave different batches",
                            hint="draw the offsets with torch.randint(..., generator=generator): "
                                 "without it (or with random.randint) the batch ignores the seed")
-        c = _batch(fn, data, 8, 16, torch.Generator().manual_seed(124), "get_batch(..., generator=another g)")
+        c = _batch(fn, data, 8, 16, _generator(124), "get_batch(..., generator=another g)")
         if torch.equal(a[0], c[0]):
             raise Mismatch("two different seeds gave the same batch", hint="the offsets must be random: torch.randint")
         if len(set(x_row[0] for x_row in a[0].tolist())) == 1:
@@ -170,7 +171,7 @@ def get_batch(fn):
     with case("offsets cover 0 .. N - block_size - 1 uniformly: data [20], block_size 5, 4000 windows"):
         N, T = 20, 5
         data = torch.arange(N)
-        x, y = _batch(fn, data, T, 4000, torch.Generator().manual_seed(7),
+        x, y = _batch(fn, data, T, 4000, _generator(7),
                       "get_batch(data [20], block_size=5, batch_size=4000, generator=g)")
         offsets = _offsets(x, y, data)
         counts = torch.bincount(torch.tensor(offsets), minlength=N - T)
@@ -195,7 +196,7 @@ def get_batch(fn):
         vocab = sorted(set("To be, or not to be: that is the question."))
         text = "To be, or not to be: that is the question. " * 3
         data = torch.tensor([vocab.index(ch) if ch in vocab else 0 for ch in text])
-        x, y = _batch(fn, data, 6, 5, torch.Generator().manual_seed(2), "get_batch(encoded text, 6, 5, generator=g)")
+        x, y = _batch(fn, data, 6, 5, _generator(2), "get_batch(encoded text, 6, 5, generator=g)")
         joined = "".join(map(chr, (data + 65).tolist()))
         for b in range(5):
             row = "".join(map(chr, (x[b] + 65).tolist()))
@@ -276,82 +277,9 @@ def flops_per_token(fn):
 # --- average_gradients --------------------------------------------------------------------------
 
 
-class _Net(nn.Module):
-    """A small model with an embedding, a linear layer, a bias-free head and a parameter that never
-    gets a gradient (it is not used by ``forward``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(6, 4)
-        self.lin = nn.Linear(4, 5)
-        self.head = nn.Linear(5, 3, bias=False)
-        self.unused = nn.Parameter(torch.ones(2))
-
-    def forward(self, ids):
-        return self.head(torch.tanh(self.lin(self.emb(ids))))
-
-
-def _rank_model(rank):
-    """Rank ``rank``'s model (weights differ a little from rank to rank, so that averaging the weights
-    shows) with the gradient of its own batch."""
-    torch.manual_seed(0)
-    model = _Net()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.01 * (rank + 1))
-    g = torch.Generator().manual_seed(100 + rank)
-    ids = torch.randint(0, 6, (3, 4), generator=g)
-    target = torch.randn(3, 4, 3, generator=g)
-    loss = ((model(ids) - target) ** 2).mean() * (rank + 1)
-    loss.backward()
-    return model
-
-
-COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
-
 SAME_CALLS = ("every process must call all_reduce, the same number of times, in the same order (one call per "
               "parameter with a gradient, in model.parameters() order): a collective waits for every process of "
               "the group. No `if dist.get_rank() == 0:` around it, and no extra call on one rank")
-
-
-@contextmanager
-def _counting_collectives(counts: Counter):
-    """Count this process's calls of ``dist.all_reduce``, ``dist.reduce``, ... (as ``dist.<name>``) in ``counts``."""
-    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
-
-    def counted(name, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            counts[name] += 1
-            return fn(*args, **kwargs)
-        return wrapper
-
-    for name, fn in originals.items():
-        setattr(dist, name, counted(name, fn))
-    try:
-        yield counts
-    finally:
-        for name, fn in originals.items():
-            setattr(dist, name, fn)
-
-
-def _average_on_rank(rank, world_size, fn):
-    """One process of the group (run by ``tutor.distributed.run_in_group``): build this rank's model and
-    gradients, call the learner's function, return what it left in ``.grad``, the weights, and how many
-    collective calls it made."""
-    result = {}
-    model = _rank_model(rank)
-    counts = result["collectives"] = Counter()
-    try:
-        with _counting_collectives(counts):
-            fn(model)
-    except NotImplementedError:
-        result["status"] = "not done"
-    except Exception as e:  # noqa: BLE001 - learner code in a child process: reported to the parent as an error
-        result.update(status="error", error=f"{type(e).__name__}: {e}", where=learner_where(e))
-    result["grads"] = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
-    result["params"] = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return result
 
 
 def _close(a, b):
@@ -377,7 +305,7 @@ def _diagnose(results, world_size, local, total):
         wrong = [n for n in names if not _close(grads[n], mean[n])]
         if not wrong:
             continue
-        own_model = _rank_model(rank)
+        own_model = beside.rank_model(rank)
         weights_changed = any(not torch.equal(params[n], p.detach()) for n, p in own_model.named_parameters())
         def all_wrong(target):
             return all(_close(grads[n], target[n]) for n in names)
@@ -452,7 +380,7 @@ def average_gradients(fn):
     for world_size in (2, 3):
         with case(f"{world_size} processes (Gloo), a small model whose gradients differ from process to process"):
             try:
-                results = run_in_group(_average_on_rank, world_size, learner_fn=fn)
+                results = at(run_in_group)(at(beside.average_on_rank), world_size, learner_fn=fn)
             except NoProcessGroup as e:
                 raise Mismatch("could not start a process group on this machine, so your function was not run",
                                [str(e)], "nothing wrong with your code as far as we know: run this notebook on "
@@ -481,7 +409,7 @@ def average_gradients(fn):
                     hint = "call average_gradients inside a process group; don't create or destroy one in it"
                 raise Mismatch(f"your function raised an exception on rank {r['rank']} of {world_size}",
                                [r["error"]] + ([f"at {r['where']}"] if r.get("where") else []), hint)
-            models = [_rank_model(rank) for rank in range(world_size)]
+            models = [beside.rank_model(rank) for rank in range(world_size)]
             local = [{n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None} for m in models]
             total = {n: sum(loc[n] for loc in local) for n in local[0]}
             _diagnose(results, world_size, local, total)

@@ -16,8 +16,19 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
+from tutor.checks import beside
 from tutor.checks.compare import expect_close, shape_text
-from tutor.checks.harness import LearnerError, Mismatch, NotDone, call, case, check, error_details, is_signature_error
+from tutor.checks.harness import (
+    LearnerError,
+    Mismatch,
+    NotDone,
+    at,
+    call,
+    case,
+    check,
+    error_details,
+    is_signature_error,
+)
 
 __all__ = ["course_names", "to_linear", "split_qkv", "load_gpt2"]
 # What the checks import only when they run: the grader imports it before any learner code (tutor.grading.kernel).
@@ -425,9 +436,7 @@ def _refuses(fn, state_dict, label, names, why):
 
 
 def _tied(model) -> bool:
-    head, emb = getattr(model, "head", None), getattr(model, "tok_emb", None)
-    weights = getattr(head, "weight", None), getattr(emb, "weight", None)
-    return all(isinstance(w, torch.Tensor) for w in weights) and weights[0].data_ptr() == weights[1].data_ptr()
+    return bool(at(beside.is_tied)(model))
 
 
 HEADS_HINT = (f"use the n_heads you are given: no tensor's shape holds the number of heads, and d_model // 64 "

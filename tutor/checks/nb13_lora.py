@@ -12,8 +12,9 @@ import torch
 import torch.nn as nn
 
 from tutor import reference as ref
+from tutor.checks import beside
 from tutor.checks.compare import expect_close, shape_text
-from tutor.checks.harness import LearnerError, Mismatch, build, call, case, check, is_signature_error
+from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, is_signature_error, twin
 
 __all__ = ["LoRALinear", "add_lora", "sft_example", "merge_lora"]
 
@@ -27,7 +28,8 @@ def _linear(d_in, d_out, bias=True, seed=0):
 
 
 def _factors(layer, base, r, what):
-    """The learner's ``(A, B)``: its two trainable parameters, told apart by shape."""
+    """The learner's ``(A, B)`` and their names: its two trainable parameters, told apart by shape (``A`` and ``B``
+    are copies when the learner's code runs in another process: write to them with ``beside.assign_parameters``)."""
     trainable = [(n, p) for n, p in layer.named_parameters() if p.requires_grad]
     frozen_base = [n for n, p in layer.named_parameters()
                    if p.requires_grad and tuple(p.shape) in {tuple(base.weight.shape), (base.out_features,)}]
@@ -38,6 +40,7 @@ def _factors(layer, base, r, what):
                             "base.parameters(): p.requires_grad_(False)); only A and B train")
     a_shape, b_shape = (r, base.in_features), (base.out_features, r)
     by_shape = {tuple(p.shape): p for _, p in trainable}
+    names = {tuple(p.shape): n for n, p in trainable}
     if len(trainable) != 2 or a_shape not in by_shape or b_shape not in by_shape:
         transposed = {a_shape[::-1], b_shape[::-1]} <= set(by_shape)
         listed = ", ".join(n + " " + shape_text(p.shape) for n, p in trainable) or "none"
@@ -47,7 +50,7 @@ def _factors(layer, base, r, what):
                             "[out, in])" if transposed else
                        "self.A = nn.Parameter(torch.empty(r, base.in_features)), self.B = nn.Parameter(torch.zeros("
                        "base.out_features, r)); nothing else trains")
-    return by_shape[a_shape], by_shape[b_shape]
+    return by_shape[a_shape], by_shape[b_shape], names[a_shape], names[b_shape]
 
 
 def _lora_output(base, A, B, scale, x):
@@ -98,8 +101,9 @@ def LoRALinear(cls):
         with case(label):
             base = _linear(d_in, d_out, bias)
             original = copy.deepcopy(base)
-            layer = build(cls, base, r, alpha, what=f"LoRALinear(nn.Linear({d_in}, {d_out}), r={r}, alpha={alpha:g})")
-            A, B = _factors(layer, base, r, "your LoRA layer")
+            layer = build(cls, twin(base, d_in, d_out, bias=bias), r, alpha,
+                          what=f"LoRALinear(nn.Linear({d_in}, {d_out}), r={r}, alpha={alpha:g})")
+            A, B, a_name, b_name = _factors(layer, base, r, "your LoRA layer")
             x = torch.randn(2, 5, d_in, generator=g)
             expected = original(x).detach()
             got = _forward(layer, x)
@@ -125,15 +129,15 @@ def LoRALinear(cls):
             if A.detach().std() < 1e-3 or A.detach().std() > 10:
                 raise Mismatch(f"A starts with a standard deviation of {A.detach().std().item():.3g}",
                                hint="draw A like an nn.Linear weight: nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))")
-            with torch.no_grad():  # random factors, to see the update
-                A.copy_(torch.randn(A.shape, generator=g))
-                B.copy_(torch.randn(B.shape, generator=g))
-            expected = _lora_output(original, A.detach(), B.detach(), alpha / r, x).detach()
+            A, B = torch.randn(A.shape, generator=g), torch.randn(B.shape, generator=g)  # to see the update
+            at(beside.assign_parameters)(layer, {a_name: A, b_name: B})
+            expected = _lora_output(original, A, B, alpha / r, x).detach()
             got = _forward(layer, x)
             expect_close(got, expected, f"the output with random A and B ({FORMULA})", atol=1e-4,
-                         mistakes=_scale_mistakes(original, A.detach(), B.detach(), r, alpha, x))
-            got.sum().backward()
-            if A.grad is None or B.grad is None:
+                         mistakes=_scale_mistakes(original, A, B, r, alpha, x))
+            call(at(beside.sum_backward), layer, x, what="layer(x).sum().backward()")
+            grads = {n: p.grad for n, p in layer.named_parameters()}
+            if grads.get(a_name) is None or grads.get(b_name) is None:
                 raise Mismatch("no gradient reaches A or B", hint="use self.A and self.B in forward, without .detach()")
     return "{cases} layers: starts equal to the base, alpha / r, only A and B train"
 
@@ -163,10 +167,10 @@ def add_lora(fn):
     ids = torch.randint(0, SMALL["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(0))
     for label, targets, names in ADD_CASES:
         with case(label):
-            model = _gpt()
+            model = twin(_gpt(), ref.GPTConfig(**SMALL))
             before = model(ids).detach()
             try:
-                got = call(fn, model, list(targets), r, alpha, lora_class=ref.LoRALinear,
+                got = call(fn, model, list(targets), r, alpha, lora_class=at(ref.LoRALinear),
                            what=f"add_lora(model, {targets}, r={r}, alpha={alpha:g}, lora_class=LoRALinear)")
             except LearnerError as e:
                 if is_signature_error(e.error):
@@ -204,9 +208,9 @@ def add_lora(fn):
             expect_close(model(ids).detach(), before, "the model's logits right after add_lora (B = 0)",
                          hint="a LoRA layer starts equal to the layer it wraps: did a layer lose its weights?")
     with case("a target that names no layer: 'qproj'"):
-        model = _gpt()
+        model = twin(_gpt(), ref.GPTConfig(**SMALL))
         try:
-            got = call(fn, model, ["qproj"], r, alpha, lora_class=ref.LoRALinear,
+            got = call(fn, model, ["qproj"], r, alpha, lora_class=at(ref.LoRALinear),
                        what="add_lora(model, ['qproj'], ...)")
         except LearnerError as e:
             if not isinstance(e.error, ValueError):
@@ -261,10 +265,11 @@ def merge_lora(fn):
     g = torch.Generator().manual_seed(2)
     for label, d_in, d_out, bias, r, alpha in MERGE_CASES:
         with case(label):
-            layer = _lora_layer(d_in, d_out, bias, r, alpha, seed=d_in + r)
+            reference = _lora_layer(d_in, d_out, bias, r, alpha, seed=d_in + r)
+            layer = twin(reference, twin(reference.base, d_in, d_out, bias=bias), r, alpha)
             x = torch.randn(3, 4, d_in, generator=g)
-            expected = layer(x).detach()
-            state = {k: v.clone() for k, v in layer.state_dict().items()}
+            expected = reference(x).detach()
+            state = {k: v.clone() for k, v in reference.state_dict().items()}
             try:
                 merged = call(fn, layer, what="merge_lora(layer)")
             except LearnerError as e:
@@ -288,7 +293,7 @@ def merge_lora(fn):
                                hint="nn.Linear(..., bias=base.bias is not None), then copy base.bias into it")
             got = call(merged, x, what="merged(x)")
             expect_close(got, expected, "the merged layer's output (it must equal the LoRA layer's)", atol=1e-4,
-                         mistakes=_merge_mistakes(layer, x))
+                         mistakes=_merge_mistakes(reference, x))
     return "{cases} layers: the same outputs as the LoRA layer, which is left as it was"
 
 
