@@ -9,7 +9,7 @@ notebook (unless ``TUTOR_STRICT=1``) and returns a ``CheckResult`` whose ``.pass
 | ``harness`` | running learner code safely, ``check``, ``CheckResult``, ``RESULTS``, ``yours_or_reference`` |
 | ``compare`` | comparing with the reference: ``expect_close``, known mistakes, ``load_reference_weights`` |
 | ``common`` | what the checks of several notebooks share (inputs, mistakes, sampling statistics) |
-| ``beside`` | what a check runs beside the learner's code, in the learner's process (``harness.at``): stand-in models, recorders, small operations on the learner's objects |
+| ``beside`` | what a check runs in the learner's process (``harness.at``): stand-in models, recorders |
 | ``nbNN_<slug>`` | the checks of notebook NN, with its tables of known mistakes |
 
 The registry is the catalog (``tutor.course.catalog``): the check of exercise ``name`` is the function
