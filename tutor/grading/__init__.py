@@ -1,21 +1,27 @@
 """Grade learner notebooks: ``python -m tutor grade SUBMISSION...``.
 
 For every exercise of every submitted notebook the grader recomputes the result itself and believes nothing
-the notebook stored. The learner's cells run in a fresh Jupyter kernel; the checks run in a fork of it that
-no learner code ran in (see the README's "Grading" section for the threat model). One job per module, in
-the order a grading run uses them:
+the notebook stored. The learner's cells run in a Jupyter kernel on the learner's side, confined (a sandbox
+without the model answers being graded); the checks run in the judge, a process of its own where no learner
+code runs, on handles to the learner's objects across a wire that carries plain data only (see the README's
+"Grading" section). One job per module, in the order a grading run uses them:
 
 | module | what is in it |
 |---|---|
-| ``grades`` | ``Options`` and the results (``StudentGrade`` ...); ``grades.json``, ``merge``, overrides |
+| ``grades`` | ``Options``, ``Outcome`` and the results (``StudentGrade`` ...); ``grades.json``, merges, overrides |
 | ``submissions`` | ``find_submissions``, ``match_notebook``: which files are whose, zips extracted safely |
 | ``plan`` | ``plan_cells``, ``context_source``, ``Template``: which cells run, and the grader's preamble |
-| ``kernel`` | the grader's code in the kernel: snapshot, the watchdog, restore, the start of the checker |
-| ``channel`` | the runner's end of the grader's channel: starting the checker, reading its results |
-| ``checker`` | the checker process: one child process per check, watched for the model answer |
-| ``answers`` | what a model answer is, the watch on calls into it, the same source with the names changed |
-| ``review`` | the static look at learner cells for code that could reach the grader |
-| ``runner`` | ``grade``, ``grade_notebook``, ``run_attempt``: kernels, timeouts, faults, workers |
+| ``lock`` | the package a graded kernel sees: the course's, without the model answers being graded |
+| ``sandbox`` | the confinement of the learner's side (bubblewrap, else ``unshare``), and what held |
+| ``host`` | the learner's side: runs the cells with nbclient and reports on each |
+| ``kernel`` | the grader's code in the kernel: the preamble, and the server that answers the judge |
+| ``serve`` | a child of the kernel that answers the judge's requests about one learner object |
+| ``wire`` | every message between the grader's processes, and the plain data that may cross |
+| ``remote`` | the judge's handles to the learner's objects (``Remote``, ``Peer``) |
+| ``judge`` | the process where the checks run, apart from the learner's code |
+| ``processes`` | stopping a graded notebook's processes |
+| ``review`` | the static flags for the instructor: reaching for the machinery, copies of the answers |
+| ``runner`` | ``grade``, ``grade_notebook``, ``run_attempt``: attempts, timeouts, faults, workers and judges |
 | ``reports`` | one student's Gradescope and otter results, and feedback (Markdown, HTML) |
 | ``summary`` | the batch: the gradebook CSV, the class summary, ``write_outputs`` |
 
@@ -24,14 +30,14 @@ The public API is re-exported here: ``from tutor import grading``, then ``gradin
 
 import importlib
 
-# name -> the module that defines it. Imported on first use (PEP 562), so that the checker, which imports
-# tutor.grading.checker in a process of its own, does not import the runner's notebook and kernel machinery.
+# name -> the module that defines it. Imported on first use (PEP 562), so that the processes of the learner's side,
+# which import tutor.grading.host, serve and wire, do not import the runner's machinery.
 _PUBLIC = {
-    "grades": ["Options", "ExerciseGrade", "NotebookGrade", "StudentGrade", "save", "load", "merge", "load_overrides",
-               "apply_overrides"],
+    "grades": ["Options", "Outcome", "ExerciseGrade", "NotebookGrade", "StudentGrade", "save", "load", "merge",
+               "load_overrides", "apply_overrides"],
     "plan": ["Template", "context_source", "load_template", "plan_cells"],
     "reports": ["feedback_html", "feedback_markdown", "gradescope_results", "otter_results"],
-    "runner": ["grade", "grade_notebook", "package_snapshot", "run_attempt"],
+    "runner": ["grade", "grade_notebook", "run_attempt", "confinement_report"],
     "submissions": ["find_submissions", "match_notebook"],
     "summary": ["class_markdown", "gradebook_rows", "summary_table", "write_gradebook", "write_outputs"],
 }

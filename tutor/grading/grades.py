@@ -36,6 +36,47 @@ class Options:
     max_attempts: int = 8
 
 
+STATUSES = ("passed", "failed", "not done", "missing", "error")
+
+
+@dataclass
+class Outcome:
+    """What grading concluded about one exercise: made by the judge from its check's result, sent to the runner
+    (:meth:`to_data`, :meth:`from_data`), and kept in the :class:`ExerciseGrade` of the gradebook."""
+
+    status: str  # one of STATUSES
+    summary: str
+    details: list[str] = field(default_factory=list)
+    model_answer: str = ""  # why it earned nothing although its code may be right: it used the model answer
+    seconds: float = 0.0
+
+    @classmethod
+    def of_check(cls, result, learner_name: str) -> Outcome:
+        """From a check's ``CheckResult``: its stub's "not done yet" said as the grader says it."""
+        if result.status == "not done":
+            return cls("not done", f"not done: `{learner_name}` still raises NotImplementedError", [],
+                       seconds=float(result.seconds))
+        return cls(str(result.status), str(result.summary), [str(d) for d in result.details],
+                   seconds=float(result.seconds))
+
+    @classmethod
+    def error(cls, summary: str, *details: str) -> Outcome:
+        return cls("error", summary, list(details))
+
+    def to_data(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_data(cls, data) -> Outcome:
+        """An outcome as :meth:`to_data` wrote it; anything else is an error outcome that says so."""
+        if not isinstance(data, dict) or data.get("status") not in STATUSES:
+            return cls.error("not graded: the grader's judge sent no valid result")
+        details = data.get("details") if isinstance(data.get("details"), list) else []
+        seconds = data.get("seconds") if isinstance(data.get("seconds"), (int, float)) else 0.0
+        return cls(data["status"], str(data.get("summary", ""))[:2000], [str(d)[:2000] for d in details[:40]],
+                   str(data.get("model_answer") or "")[:2000], float(seconds))
+
+
 @dataclass
 class ExerciseGrade:
     name: str  # the check's name (tutor.checks.<name>), the key of points.toml and overrides
@@ -49,6 +90,14 @@ class ExerciseGrade:
     model_answer: str = ""  # why it earned nothing although its check may have passed
     review: list[str] = field(default_factory=list)  # for the instructor to look at; the score is unchanged
     override: dict | None = None  # {"points": 1.5, "reason": "..."}: an instructor's adjustment
+
+    @classmethod
+    def of(cls, exercise, max_points: float, outcome: Outcome, *, title: str = "", label: str = "",
+           review=()) -> ExerciseGrade:
+        """The grade of ``exercise`` (a ``catalog.Exercise``) from its :class:`Outcome`."""
+        return cls(exercise.name, exercise.notebook, max_points, outcome.status, outcome.summary,
+                   list(outcome.details), title=title, label=label, model_answer=outcome.model_answer,
+                   review=list(review))
 
     @property
     def earned(self) -> float:

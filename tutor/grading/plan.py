@@ -5,13 +5,13 @@ cells (as the learner notebook has them), what of each course cell runs (:func:`
 imports, definitions, ``yours_or_reference(...)`` bindings; no plots, widgets or training) and which
 cells are exercises, with their titles. :func:`plan_cells` lays a submission over it:
 
-1. the preamble (:func:`grader_cells`), which runs ``tutor.grading.kernel``, sent as its source text:
-   memory cap, snapshot, the grader's channel and its watchdog;
+1. the preamble (:func:`grader_cells`), which runs ``tutor.grading.kernel``, sent as its source text: it takes
+   the channel to the judge and starts the server that will answer it;
 2. the course's setup cell, then in the notebook's order the learner's exercise cells (each followed by
    a cell that captures its definitions), the cells the learner added, and the context of the course's
    other cells; check cells, stored outputs and the learner's copies of course cells are left out.
 
-No cell runs after them: the checks run in a fork of the kernel (see ``tutor.grading.runner``).
+No cell runs after them: the judge then checks each exercise on the kernel's objects (``tutor.grading.judge``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from tutor.course import catalog, points
 from tutor.course.build import find_root, make_learner_notebook, read_notebook
 from tutor.grading import kernel
 from tutor.grading.grades import Options
+from tutor.grading.host import PREAMBLE_PATH
 
-# The path of the runner's socket, which the runner puts in the preamble when it starts a kernel.
-CHANNEL = "@CHANNEL@"
 KERNEL_SOURCE = pathlib.Path(kernel.__file__).read_text(encoding="utf-8")
 KERNEL_FILE = "tutor/grading/kernel.py (the grader's code)"
 
@@ -221,18 +220,17 @@ def _parses(source: str) -> bool:
 # The grader's cell
 
 
-def preamble_cell(memory_mb: int, notebook: int) -> str:
+def preamble_cell() -> str:
     """The first cell, before any learner code: executes tutor/grading/kernel.py's text into a module of its
-    own and calls its ``start`` (memory cap, imports, snapshot, the channel to the runner at :data:`CHANNEL`,
-    the watchdog); binds ``__tutor_grade_capture``, the only name it leaves."""
+    own and calls its ``start`` with the host's socket (``PREAMBLE_PATH``, put in by the host); binds
+    ``__tutor_grade_capture``, the only name it leaves."""
     return ("# tutor grade: preamble (the grader's cell)\n"
             "__tutor_grade_kernel = __import__('types').ModuleType('__tutor_grade_kernel')\n"
             f"exec(compile({KERNEL_SOURCE!r}, {KERNEL_FILE!r}, 'exec'), __tutor_grade_kernel.__dict__)\n"
-            f"__tutor_grade_capture = __tutor_grade_kernel.start({CHANNEL!r}, {int(memory_mb) * 1024 * 1024}, "
-            f"{int(notebook)})\n"
+            f"__tutor_grade_capture = __tutor_grade_kernel.start({PREAMBLE_PATH!r})\n"
             "del __tutor_grade_kernel\n")
 
 
-def grader_cells(options: Options, notebook: int) -> list[PlannedCell]:
-    """The grader's cells before the learner's: the preamble. (After them no cell runs: see the runner.)"""
-    return [PlannedCell("grader", preamble_cell(options.memory_mb, notebook), "the grader's preamble")]
+def grader_cells() -> list[PlannedCell]:
+    """The grader's cells before the learner's: the preamble. (After them no cell runs: see the judge.)"""
+    return [PlannedCell("grader", preamble_cell(), "the grader's preamble")]

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import re
 import socket
 import time
 import weakref
 
-from tutor.checks.harness import Unreachable
+from tutor.checks.harness import CheckTimeout, Unreachable
 from tutor.grading import wire
 
 # Where a learner's class may name a judge-side class as its base, so that isinstance() answers as it would in
 # the learner's process: torch's modules, optimizers and data sets, and the course's own classes.
+LOCKED = "tutor._locked.ModelAnswerLocked"  # what a model answer hidden from the learner's process raises there
 SHADOW_PREFIXES = ("torch.nn.modules.", "torch.nn.parameter.", "torch.optim.", "torch.utils.data.", "tutor.")
 
 
@@ -44,6 +46,7 @@ class Peer:
         self.timeout = timeout
         self.broken: str | None = None
         self.changed: list[str] = []  # what the learner's code changed in place, for the harness
+        self.locked: set[str] = set()  # the model answers hidden from the learner's process that its code called
         self._remotes: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._classes: dict = {}
         self._rng_sent: bytes | None = None
@@ -64,7 +67,7 @@ class Peer:
             frame = wire.read_frame(self.sock)
         except TimeoutError:
             self.broken = f"the learner's process did not answer within {self.timeout:.0f} s"
-            raise RemoteError(self.broken) from None
+            raise CheckTimeout(self.broken) from None
         except wire.WireError as error:
             self.broken = f"the learner's process sent a message the grader refuses: {error}"
             raise RemoteError(self.broken) from None
@@ -80,7 +83,12 @@ class Peer:
         reply, blobs, _ = frame
         try:
             if "raise" in reply:
-                raise rebuild_error(reply["raise"], blobs)
+                error = rebuild_error(reply["raise"], blobs)
+                bases = reply["raise"].get("bases") if isinstance(reply["raise"], dict) else None
+                if isinstance(bases, list) and bases and bases[0] == LOCKED:
+                    found = re.search(r"model answer (\S+) cannot", str(error))
+                    self.locked.add(found.group(1) if found else "tutor.reference")
+                raise error
             if reply.get("stop") is True:
                 raise StopIteration
             if "ok" not in reply:

@@ -1,17 +1,25 @@
-"""A static look at the learner's cells for code that could reach the grader: :func:`flags`.
+"""A static look at the learner's cells, for the instructor: :func:`flags` and :func:`same_as_answer`.
 
-The grader undoes or leaves behind what learner code did before the checks (see ``tutor.grading.kernel``),
-and runs each check in a process of its own; what remains possible is code that attacks the grader while a
-check calls it, or that reaches into the process by means no Python-level reset undoes (memory, frames,
-audit hooks, processes outside the kernel's group). Such code has to use the machinery below. A cell that
-does is flagged for review: the flag names the cell, the line and why, and changes no score. No exercise of
-the course needs any of it (a test checks that no solution notebook is flagged).
+Nothing here changes a score. The grade is decided by the judge, apart from the learner's code (see
+``tutor.grading.judge``); what the learner's code does in its own process cannot reach it. Two things are still
+worth an instructor's look, and are flagged for review with the cell, the line and why:
+
+- code that reaches for the machinery of a process (frames, hooks, memory, other processes, the grader's own
+  modules). No exercise of the course needs any of it (a test checks that no solution notebook is flagged): in a
+  notebook that uses it, someone tried something;
+- a definition that is the model answer's with only names and formatting changed (:func:`same_as_answer`): the
+  answers ship with the course, so a learner can copy them at home. The grader hides them while it grades, which
+  stops their use, not their copy.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+import os
 from dataclasses import dataclass
+
+from tutor.course import catalog
 
 # Modules (and their submodules) that can reach the grader's process, by what they do.
 MODULES = {
@@ -163,3 +171,90 @@ def flags(source: str, cell: str) -> list[Flag]:
                 flag(node, f"names the grader's machinery ({hit!r})")
     return [Flag(cell, line, (lines[line - 1].strip() if 0 < line <= len(lines) else "")[:100], tuple(why))
             for line, why in sorted(found.items())]
+
+
+# --------------------------------------------------------------------------------------
+# The same source, names and formatting aside
+
+
+class _Normalise(ast.NodeTransformer):
+    """Names become n0, n1 ... in order of first appearance; docstrings and annotations go."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+
+    def _name(self, name: str) -> str:
+        return self.names.setdefault(name, f"n{len(self.names)}")
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(self._name(node.id), node.ctx), node)
+
+    def visit_arg(self, node):
+        return ast.copy_location(ast.arg(self._name(node.arg), None), node)
+
+    def _body(self, node):
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        return node
+
+    def visit_FunctionDef(self, node):
+        node = self._body(node)
+        node.name = self._name(node.name)
+        node.returns = None
+        node.decorator_list = []
+        self.generic_visit(node)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        node = self._body(node)
+        node.name = self._name(node.name)
+        self.generic_visit(node)
+        return node
+
+    def visit_AnnAssign(self, node):
+        if node.value is None:
+            return None
+        return ast.copy_location(ast.Assign([self.visit(node.target)], self.visit(node.value)), node)
+
+
+def normalised(node: ast.AST) -> str:
+    """``ast.dump`` of ``node`` with names, docstrings and annotations normalised away."""
+    return ast.dump(_Normalise().visit(node), annotate_fields=False)
+
+
+def definition(source: str, name: str) -> ast.AST | None:
+    """The last top-level ``def``/``class`` called ``name`` in ``source``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+             and n.name == name]
+    return found[-1] if found else None
+
+
+def statements(node: ast.AST | None) -> int:
+    """How many statements ``node`` holds (a definition's body, nested bodies included)."""
+    return 0 if node is None else sum(isinstance(n, ast.stmt) for n in ast.walk(node)) - 1
+
+
+def same_as_answer(source: str, exercise: catalog.Exercise) -> str | None:
+    """``"tutor/reference/attention.py"`` when the learner's definition of the exercise in ``source`` is the
+    model answer's with only names, formatting, comments, docstrings or annotations changed."""
+    from tutor import reference
+
+    mine = definition(source, exercise.learner_name)
+    answer = inspect.unwrap(getattr(reference, exercise.reference))
+    try:
+        theirs = definition(inspect.getsource(inspect.getmodule(answer)), answer.__name__)
+    except (OSError, TypeError):
+        return None
+    if mine is None or theirs is None or type(mine) is not type(theirs):
+        return None
+    if normalised(mine) != normalised(theirs):
+        return None
+    return "tutor/reference/" + os.path.basename(inspect.getsourcefile(answer))

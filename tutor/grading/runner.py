@@ -1,27 +1,33 @@
-"""Grade notebooks: run each submission in a fresh Jupyter kernel that the grader controls (nbclient), then
-check it in a fork of that kernel that no learner code ran in (see ``tutor.grading.kernel``).
+"""Grade notebooks: every submission runs on the learner's side, and is judged where no learner code runs.
 
 :func:`grade` grades every submission (``python -m tutor grade``), several notebooks at once with
-``Options.workers``; :func:`grade_notebook` grades one. Each attempt (:func:`run_attempt`) runs the cells
-of ``tutor.grading.plan`` and believes nothing the notebook stored: the results come from the checker, on
-the grader's channel (``tutor.grading.channel``).
+``Options.workers``; :func:`grade_notebook` grades one. An attempt (:func:`run_attempt`):
 
-A learner cell that hangs or kills the kernel (``os._exit``, a segfault, memory) is left out and the
-notebook is run again without it; a check that does so costs that exercise only (each check runs in a
-process of its own). A per-cell timeout, a total timeout per notebook and a memory cap (``RLIMIT_AS``)
-bound every run. An exercise whose code calls its model answer earns nothing; code that could reach the
-grader, or that is the model answer with the names changed, is flagged for review. See the README's
-"Grading" section for the threat model.
+1. writes nothing the learner's code could use: the package the kernel sees is the course's without the model
+   answers being graded (``tutor.grading.lock``), written once per batch;
+2. starts the learner's side, confined (``tutor.grading.sandbox``): ``tutor.grading.host`` starts a Jupyter kernel
+   with nbclient, runs the cells of ``tutor.grading.plan`` and reports on each on a socket the runner reads with its
+   own clock;
+3. hands the channel to the kernel's server to a judge (``tutor.grading.judge``): a process of its own, started
+   before any notebook, in which the checks run on handles to the learner's objects. The judge's outcomes are the
+   grades: nothing the notebook stored or printed, nor anything its host reports, is believed;
+4. stops the learner's side and everything it started.
+
+A learner cell that hangs or kills the kernel (``os._exit``, a segfault, memory) is left out and the notebook is run
+again without it; a check that does so costs that exercise only (each check runs on a child of the kernel of its
+own). A per-cell timeout, a total timeout per notebook and the sandbox's limits bound every run. See the README's
+"Grading" section for what this guarantees.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import pathlib
+import queue
 import secrets
-import signal
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,234 +39,257 @@ from dataclasses import dataclass, field
 import nbformat
 from tqdm.auto import tqdm
 
-import tutor
-from tutor import env, reference
+from tutor import env
 from tutor.course import catalog
-from tutor.grading import answers, channel, review
-from tutor.grading.grades import ExerciseGrade, NotebookGrade, Options, StudentGrade
-from tutor.grading.plan import CHANNEL, PlannedCell, grader_cells, load_template, plan_cells
+from tutor.grading import lock, processes, review, sandbox, wire
+from tutor.grading.grades import ExerciseGrade, NotebookGrade, Options, Outcome, StudentGrade
+from tutor.grading.plan import PlannedCell, grader_cells, load_template, plan_cells
 from tutor.grading.submissions import find_submissions, match_notebook
 
-# --------------------------------------------------------------------------------------
-# The kernel: a pristine copy of the package, and its environment
-
-
-def package_snapshot() -> dict[str, bytes]:
-    """The ``tutor`` package's source files, read once: every kernel gets a fresh copy of these."""
-    root = pathlib.Path(tutor.__file__).resolve().parent
-    return {str(p.relative_to(root.parent)): p.read_bytes()
-            for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts}
-
-
-def write_package(snapshot: dict[str, bytes], directory: pathlib.Path) -> pathlib.Path:
-    """Write the files of :func:`package_snapshot` into ``directory`` (a new one for every kernel)."""
-    for rel, data in snapshot.items():
-        out = directory / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(data)
-    return directory
-
-
-def kernel_env(package_dir: pathlib.Path, workdir: pathlib.Path, marker: str = "") -> dict[str, str]:
-    """The kernel's environment variables: ours without Jupyter's, Python's and the course's own, then the
-    package copy on the path, the CPU with one thread, quick training, no progress file, no downloads, and
-    ``marker``, which every process started from the kernel inherits (so that the grader can stop them all)."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "TUTOR_", "PYTHON"))}
-    environ.update({
-        "PYTHONPATH": str(package_dir),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "MPLBACKEND": "Agg",
-        env.STRICT: "0",
-        env.PROGRESS: "0",
-        env.PROGRESS_FILE: str(workdir / "progress.json"),
-        env.OFFLINE: "1",
-        env.QUICK: "1",
-        env.DEVICE: "cpu",
-        "CUDA_VISIBLE_DEVICES": "",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        env.GRADE_RUN: marker,
-    })
-    if env.NAMES in os.environ:  # the instructor's own names file
-        environ[env.NAMES] = os.environ[env.NAMES]
-    return environ
+PROCESSES = 512  # RLIMIT_NPROC of a graded notebook (threads count: a kernel has a few dozen)
+HOST_SLACK = 15.0  # seconds the runner waits beyond a cell's own time limit before it stops the host itself
 
 
 # --------------------------------------------------------------------------------------
-# Running one attempt in a fresh kernel
+# The judges
+
+
+class Judge:
+    """One judge process (``python -m tutor.grading.judge``), used for one notebook at a time."""
+
+    def __init__(self):
+        self.channel, theirs = socket.socketpair()
+        self.process = subprocess.Popen([sys.executable, "-m", "tutor.grading.judge", "--channel",
+                                         str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                        env=self._environment(), stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        theirs.close()
+        self.channel.settimeout(180)
+        try:
+            ready = wire.read_frame(self.channel)
+        except (OSError, wire.WireError):
+            ready = None
+        if ready is None or ready[0].get("ready") is not True:
+            self.close()
+            raise RuntimeError("the grader's judge did not start")
+
+    @staticmethod
+    def _environment() -> dict:
+        environ = dict(os.environ, **{env.STRICT: "0", env.PROGRESS: "0", env.OFFLINE: "1", "OMP_NUM_THREADS": "1"})
+        environ.pop(env.CHECK_REMOTE, None)
+        return environ
+
+    def check(self, kernel: socket.socket, job: dict, seconds: float) -> tuple[dict[str, Outcome], list[str]]:
+        """The outcomes of ``job``'s exercises (by name) on the kernel at ``kernel``, and notes."""
+        try:
+            self.channel.settimeout(max(1.0, seconds))
+            wire.write_frame(self.channel, job, fds=[kernel.fileno()])
+            frame = wire.read_frame(self.channel)
+        except (OSError, wire.WireError) as error:
+            self.close()
+            return {}, [f"the grader's judge did not finish ({type(error).__name__}); it was started again"]
+        if frame is None:
+            self.close()
+            return {}, ["the grader's judge stopped; it was started again"]
+        reply = frame[0]
+        outcomes = [Outcome.from_data(data) for data in reply.get("outcomes", [])]
+        names = [name for name, _ in job["exercises"]]
+        return dict(zip(names, outcomes)), [str(note) for note in reply.get("notes", [])]
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.channel.close()
+        processes.stop(self.process)
+
+
+class Workers:
+    """What each worker of a batch holds: a judge, and a slot (the sandbox's user id, when the grader is root)."""
+
+    def __init__(self, count: int):
+        self.free: queue.Queue = queue.Queue()
+        self.judges: list[Judge | None] = [None] * count
+        for slot in range(count):
+            self.free.put(slot)
+        self.lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def take(self):
+        slot = self.free.get()
+        try:
+            judge = self.judges[slot]
+            if judge is None or not judge.alive:
+                judge = self.judges[slot] = Judge()
+            yield slot, judge
+        finally:
+            self.free.put(slot)
+
+    def close(self) -> None:
+        for judge in self.judges:
+            if judge is not None:
+                judge.close()
+
+
+# --------------------------------------------------------------------------------------
+# The packages the kernels see
+
+
+class Packages:
+    """The packages of ``tutor.grading.lock`` for a batch, one per set of exercises graded, written once."""
+
+    def __init__(self):
+        self.folder = pathlib.Path(tempfile.mkdtemp(prefix="tutor-grade-packages-"))
+        self.folder.chmod(0o755)
+        self.written: dict[tuple, pathlib.Path] = {}
+        self.lock = threading.Lock()
+
+    def get(self, exercises: list[str]) -> pathlib.Path:
+        key = tuple(sorted(exercises))
+        with self.lock:
+            if key not in self.written:
+                self.written[key] = lock.write_package(exercises, self.folder / f"p{len(self.written)}")
+            return self.written[key]
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------
+# Running one attempt
 
 
 @dataclass
 class Attempt:
-    results: dict = field(default_factory=dict)  # exercise -> payload
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
     cell_errors: dict = field(default_factory=dict)  # planned index -> "NameError: ..."
     fatal: tuple | None = None  # (planned cell index or None, reason)
     out_of_time: bool = False
-    # whether the kernel started: one that did not is the machine's fault, tried again (kernels started side by
-    # side can lose a TCP port to each other between choosing and binding it, jupyter/jupyter_client#154)
-    started: bool = False
-    load: dict = field(default_factory=dict)  # what the checker put back, reset and loaded
-    notes: list = field(default_factory=list)  # what happened to the checks as a whole
+    started: bool = False  # whether the first cell ran (a kernel that did not start is tried again)
+    notes: list = field(default_factory=list)
 
 
-def _error_text(cell) -> str | None:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            value = str(output.get("evalue", ""))[:300]
-            return f"{output.get('ename', 'Error')}: {value}" if value else output.get("ename", "Error")
-    return None
+@dataclass
+class Context:
+    """What one attempt needs besides its cells: the batch's choices and the worker's judge and slot."""
+
+    options: Options
+    package: pathlib.Path
+    confinement: sandbox.Confinement
+    judge: Judge
+    slot: int = 0
+    unlock: dict = field(default_factory=dict)  # exercise -> what hands its model answer back (lock)
 
 
-def _death_reason(client) -> str:
-    code = None
-    with contextlib.suppress(Exception):
-        process = client.km.provisioner.process
-        code = process.wait(timeout=2)
-    if code is None:
-        return "the Python process running your notebook died"
-    if code < 0:
-        name = {signal.SIGSEGV: "a segmentation fault (SIGSEGV)", signal.SIGKILL: "SIGKILL (usually: out of memory)",
-                signal.SIGABRT: "an abort (SIGABRT)"}.get(-code, f"signal {-code}")
-        return f"the Python process running your notebook was killed by {name}"
-    return f"the Python process running your notebook exited with code {code} (os._exit or sys.exit in a thread?)"
+def _host(context: Context, tmp: str, control: int, kernel: int, marker: str) -> subprocess.Popen:
+    """Start the learner's side: the host, confined, with its two sockets."""
+    confinement = context.confinement
+    argv = [sys.executable, "-m", "tutor.grading.host", "--control", str(control), "--judge", str(kernel),
+            "--memory-mb", str(int(context.options.memory_mb)), "--processes", str(PROCESSES)]
+    uid = confinement.uid(context.slot)
+    if uid is not None:
+        argv += ["--uid", str(uid)]
+    environ = sandbox.environment(confinement.package_path(context.package), tmp)
+    environ[env.GRADE_RUN] = marker
+    return subprocess.Popen(confinement.command(argv, context.package, context.slot), pass_fds=[control, kernel],
+                            env=environ, cwd=tmp if confinement.kind != "bubblewrap" else "/",
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
-def run_attempt(planned: list[PlannedCell], snapshot: dict, options: Options, deadline: float,
-                exercises: list[tuple[str, str]]) -> Attempt:
-    """Run the ``planned`` cells in a fresh kernel, one by one; then, if they all ran, check ``exercises``
-    (``[(name, learner_name)]``) in the checker and collect the results."""
-    # imported here: nbclient is an optional dependency (the dev extra) that only grading needs
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
+def run_attempt(planned: list[PlannedCell], exercises: list[tuple[str, str]], context: Context,
+                deadline: float) -> Attempt:
+    """Run the ``planned`` cells on the learner's side; then, if they all ran, have the judge check ``exercises``
+    (``[(name, learner_name)]``)."""
+    options = context.options
     attempt = Attempt()
-    with tempfile.TemporaryDirectory(prefix="tutor-grade-") as tmp:
-        tmp = pathlib.Path(tmp)
-        workdir = tmp / "work"
-        workdir.mkdir()
-        setup_pkg = write_package(snapshot, tmp / f"setup-{secrets.token_hex(4)}")
-        line = channel.Channel(tmp / "channel")
-        nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(p.source.replace(CHANNEL, line.path) if p.role == "grader" else p.source)
-                    for p in planned]
-        client = NotebookClient(nb, timeout=int(options.cell_timeout), kernel_name=options.kernel_name,
-                                allow_errors=True, record_timing=False, startup_timeout=120,
-                                resources={"metadata": {"path": str(workdir)}})
-        kernel = None
-        marker = secrets.token_hex(8)
-        try:
-            with client.setup_kernel(env=kernel_env(setup_pkg, workdir, marker), cwd=str(workdir),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
-                attempt.started = True
-                try:
-                    kernel = _run_cells(attempt, client, nb.cells, planned, line, options, deadline)
-                    if attempt.fatal is None and kernel is not None:
-                        _check(attempt, line, kernel, snapshot, tmp, workdir, options, deadline, exercises, marker)
-                finally:
-                    # before nbclient's cleanup, which waits on the kernel's ports: a process of the learner's
-                    # holding them would make it wait for ever
-                    channel.kill_marked((env.GRADE_RUN, marker))
-        except DeadKernelError:
-            if attempt.fatal is None and not attempt.results:
-                attempt.fatal = (None, "the kernel died")
-        except Exception as error:  # noqa: BLE001 - a kernel that does not start, a broken client
-            if attempt.fatal is None and not attempt.results:
-                attempt.fatal = (None, f"the kernel could not run the notebook: {type(error).__name__}: {error}")
-        finally:
-            line.close()
-            if kernel is not None:
-                channel.kill_group(kernel)
+    control, host_control = socket.socketpair()
+    kernel, kernel_theirs = socket.socketpair()
+    tmp = "/tmp" if context.confinement.kind == "bubblewrap" else tempfile.mkdtemp(prefix="tutor-grade-")
+    marker = secrets.token_hex(8)
+    process = None
+    try:
+        process = _host(context, tmp, host_control.fileno(), kernel_theirs.fileno(), marker)
+        host_control.close()
+        kernel_theirs.close()
+        limits = [options.cell_timeout if p.role == "learner" else max(options.cell_timeout, 120) for p in planned]
+        wire.write_frame(control, {"cells": [p.source for p in planned], "preamble": 0, "timeouts": limits,
+                                   "cell_timeout": options.cell_timeout, "kernel_name": options.kernel_name})
+        if _follow_cells(attempt, control, planned, limits, options, deadline):
+            job = {"exercises": [list(e) for e in exercises], "timeout": float(options.cell_timeout),
+                   "seconds": max(1.0, deadline - time.monotonic()), "unlock": context.unlock}
+            attempt.outcomes, notes = context.judge.check(kernel, job, deadline - time.monotonic() + 30)
+            attempt.notes += notes
+    except OSError as error:
+        attempt.fatal = (None, f"the grader could not run the notebook: {error}")
+    finally:
+        for sock in (control, kernel, host_control, kernel_theirs):
+            with contextlib.suppress(OSError):
+                sock.close()
+        if process is not None:
+            processes.stop(process, (env.GRADE_RUN, marker) if context.confinement.kind != "bubblewrap" else None)
+        if tmp != "/tmp":
+            shutil.rmtree(tmp, ignore_errors=True)
     return attempt
 
 
-def _settle_tasks() -> None:
-    """Cancel what nbclient left running on this thread's event loop after a cell, and collect how it ended.
-
-    A cell that ends in an exception (a timeout, a dead kernel) leaves nbclient's poll of the kernel
-    running; it fails a second later ('assert self.kc is not None'), and the garbage collector logs that
-    failure wherever it next runs. The log's traceback parses source with ``ast``, which, inside another
-    ``ast`` call of that thread, fails it with 'AST constructor recursion depth mismatch' (CPython 3.11)."""
-    from jupyter_core.utils import ensure_event_loop
-
-    loop = ensure_event_loop()
-    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in left:
-        task.cancel()
-    if left:
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-
-
-def _run_cells(attempt: Attempt, client, cells, planned, line, options: Options, deadline: float) -> int | None:
-    """Execute the cells one by one, recording errors and the first fault; returns the kernel's pid (from
-    the preamble's hello on the channel), or None."""
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    kernel = None
-    for index, (cell, plan) in enumerate(zip(cells, planned)):
-        remaining = deadline - time.monotonic()
-        if remaining <= 1:
+def _follow_cells(attempt: Attempt, control: socket.socket, planned, limits, options: Options, deadline) -> bool:
+    """Read the host's reports until every cell has run (True) or one was fatal (False), on the runner's clock."""
+    current, started_at = None, time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
             attempt.out_of_time = True
-            attempt.fatal = (index, f"the notebook ran out of its total time limit ({options.total_timeout:.0f} s)")
-            break
-        # the grader's and the course's own cells (imports) get at least 2 minutes
-        limit = options.cell_timeout if plan.role == "learner" else max(options.cell_timeout, 120)
-        client.timeout = max(1, int(min(limit, remaining)))
+            attempt.fatal = (current, f"the notebook ran out of its total time limit ({options.total_timeout:.0f} s)")
+            return False
+        wait = deadline - now
+        if current is not None:
+            wait = min(wait, started_at + limits[current] + HOST_SLACK - now)
         try:
-            client.execute_cell(cell, index)
-        except CellTimeoutError:
-            if client.timeout < limit:
-                attempt.out_of_time = True
-                attempt.fatal = (index, f"the notebook ran out of its total time limit "
-                                        f"({options.total_timeout:.0f} s)")
-            else:
-                attempt.fatal = (index, f"it ran for more than {options.cell_timeout:.0f} s and was stopped")
-            break
-        except DeadKernelError:
-            attempt.fatal = (index, _death_reason(client))
-            break
-        finally:
-            _settle_tasks()
-        error = _error_text(cell)
-        cell.outputs = []  # keep memory small: only the error matters
-        if plan.role == "learner" and error:
+            control.settimeout(max(0.1, wait))
+            frame = wire.read_frame(control)
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                continue
+            attempt.fatal = (current, f"it ran for more than {options.cell_timeout:.0f} s and was stopped")
+            return False
+        except (OSError, wire.WireError) as error:
+            attempt.fatal = (current, f"the notebook's process broke off ({type(error).__name__})")
+            return False
+        if frame is None:
+            attempt.fatal = (current, "the Python process running your notebook died" if attempt.started
+                             else "the kernel could not start")
+            return False
+        report = frame[0]
+        index = report.get("cell")
+        if report.get("done") is True:
+            return True
+        if type(index) is not int or not 0 <= index < len(planned):
+            attempt.fatal = (current, "the notebook's process sent a report the grader does not understand")
+            return False
+        if "fatal" in report:
+            reason = wire.text(report["fatal"], 300)
+            if reason == "timeout":
+                if limits[index] >= deadline - started_at:
+                    attempt.out_of_time = True
+                    reason = f"the notebook ran out of its total time limit ({options.total_timeout:.0f} s)"
+                else:
+                    reason = f"it ran for more than {options.cell_timeout:.0f} s and was stopped"
+            attempt.fatal = (index, reason)
+            return False
+        if "error" not in report:  # the cell starts
+            current, started_at = index, time.monotonic()
+            attempt.started = True
+            continue
+        error = wire.text(report.get("error"), 400) or None
+        role = planned[index].role
+        if error and role == "learner":
             attempt.cell_errors[index] = error
-        elif plan.role == "grader":
-            if error:
-                attempt.fatal = (index, f"the grader's setup failed: {error}")
-                break
-            try:
-                kernel = line.accept(max(1.0, min(60.0, deadline - time.monotonic())))
-            except channel.ChannelError as why:
-                attempt.fatal = (index, str(why))
-                break
-        elif error and plan.role == "setup":
+        elif error and role in ("grader", "setup"):
             attempt.fatal = (index, f"the grader's setup failed: {error}")
-            break
-    return kernel
-
-
-def _check(attempt: Attempt, line, kernel: int, snapshot: dict, tmp: pathlib.Path, workdir: pathlib.Path,
-           options: Options, deadline: float, exercises, marker: str) -> None:
-    """The checks: fork the checker out of the kernel, write the pristine package, collect the results."""
-    try:
-        checker, hello, started = channel.start_checker(line, kernel, max(1.0, min(120.0, deadline - time.monotonic())),
-                                                   (env.GRADE_RUN, marker))
-    except channel.ChannelError as why:
-        attempt.fatal = (None, str(why))
-        return
-    attempt.load = hello
-    if started:
-        attempt.notes.append(f"{started} process(es) your code started were stopped before the checks")
-    package = write_package(snapshot, tmp / f"checks-{secrets.token_hex(8)}")
-    environ = kernel_env(package, workdir, marker)
-    environ.update({env.STRICT: "0", env.PROGRESS: "0"})
-    go = {"package": str(package), "workdir": str(workdir), "environ": environ,
-          "exercises": [list(e) for e in exercises], "timeout": float(options.cell_timeout),
-          "seconds": max(1.0, deadline - time.monotonic())}
-    loaded, attempt.results, notes = channel.read_results(line, checker, go, deadline + 5)
-    attempt.notes += notes
-    attempt.load = {**hello, **loaded}
+            return False
 
 
 # --------------------------------------------------------------------------------------
@@ -274,16 +303,16 @@ _PARSING = threading.Lock()
 
 
 def review_notebook(learner: list[PlannedCell], number: int) -> tuple[list[str], dict[str, list[str]]]:
-    """What of the learner's cells is flagged for review: lines that could reach the grader (for the notebook),
-    and, per exercise, code that is the model answer's with only names or formatting changed."""
+    """What of the learner's cells is flagged for review: lines that reach for the grader's machinery (for the
+    notebook), and, per exercise, code that is the model answer's with only names or formatting changed."""
     lines = [flag.text() for cell in learner if cell.role == "learner"
              for flag in review.flags(cell.source, cell.label)]
     same: dict[str, list[str]] = {}
     for exercise in catalog.exercises(number):
         sources = [c.source for c in learner if c.role == "learner" and exercise.name in c.exercises]
-        where = answers.same_as_answer(sources[-1], exercise, reference) if sources else None
+        where = review.same_as_answer(sources[-1], exercise) if sources else None
         if where:
-            short = answers.statements(answers.definition(sources[-1], exercise.learner_name)) <= 3
+            short = review.statements(review.definition(sources[-1], exercise.learner_name)) <= 3
             same[exercise.name] = [f"the code of `{exercise.learner_name}` is the model answer's ({where}) with only "
                                    "names, formatting, comments or annotations changed"
                                    + (" (a short definition: one written independently can match it)" if short
@@ -291,26 +320,33 @@ def review_notebook(learner: list[PlannedCell], number: int) -> tuple[list[str],
     return lines, same
 
 
-def _load_notes(load: dict) -> list[str]:
-    """What the checker found the learner's code had left behind, and undid, for the notebook's notes."""
-    notes = []
-    if load.get("changed"):
-        notes.append("your code changed " + ", ".join(load["changed"][:8])
-                     + (f" and {len(load['changed']) - 8} more" if len(load["changed"]) > 8 else "")
-                     + "; the grader put the originals back before checking")
-    if load.get("reset"):
-        notes.append("your code installed " + ", ".join(load["reset"][:5]) + "; the grader removed it before checking")
-    if load.get("modes"):
-        notes.append("your code left torch modes active (" + ", ".join(load["modes"][:5])
-                     + "); the grader took them off before checking")
-    return notes
+class Batch:
+    """What the notebooks of one batch share: the confinement, the packages, the workers (judges and slots)."""
+
+    def __init__(self, workers: int = 1):
+        self.confinement = sandbox.probe()
+        self.packages = Packages()
+        self.workers = Workers(max(1, workers))
+
+    def close(self) -> None:
+        self.workers.close()
+        self.packages.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
-def grade_notebook(path, number: int, options: Options | None = None, snapshot=None, only=None) -> NotebookGrade:
+def grade_notebook(path, number: int, options: Options | None = None, only=None, batch: Batch | None = None
+                   ) -> NotebookGrade:
     """Grade one learner notebook (``path``) as a submission of catalog notebook ``number``; ``only`` names
     the exercises to check (default: all of them)."""
     options = options or Options()
-    snapshot = snapshot or package_snapshot()
+    if batch is None:
+        with Batch() as own:
+            return grade_notebook(path, number, options, only, own)
     start = time.monotonic()
     deadline = start + options.total_timeout
     entry = catalog.notebook(number)
@@ -319,14 +355,10 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
     exercises = [e for e in catalog.exercises(number) if not only or e.name in only]
     same: dict[str, list[str]] = {}
 
-    def finish(results: dict[str, dict], default: tuple[str, str]) -> NotebookGrade:
-        for e in exercises:
-            payload = results.get(e.name) or {"status": "error", "summary": default[0],
-                                              "details": [default[1]] if default[1] else []}
-            grade.exercises.append(ExerciseGrade(
-                e.name, number, template.points[e.name], payload["status"], payload["summary"],
-                list(payload.get("details", [])), title=template.titles[e.name], label=template.labels[e.name],
-                model_answer=str(payload.get("model_answer") or ""), review=same.get(e.name, [])))
+    def finish(outcomes: dict[str, Outcome], default: Outcome) -> NotebookGrade:
+        grade.exercises += [ExerciseGrade.of(e, template.points[e.name], outcomes.get(e.name, default),
+                                             title=template.titles[e.name], label=template.labels[e.name],
+                                             review=same.get(e.name, [])) for e in exercises]
         grade.seconds = time.monotonic() - start
         return grade
 
@@ -334,45 +366,42 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
         submission = nbformat.reads(pathlib.Path(path).read_text(encoding="utf-8"), as_version=4)
     except Exception as error:  # noqa: BLE001 - not JSON, not a notebook
         grade.notes.append(f"the notebook cannot be read: {type(error).__name__}: {str(error)[:200]}")
-        return finish({}, ("not graded: the notebook file cannot be read", grade.notes[-1]))
+        return finish({}, Outcome.error("not graded: the notebook file cannot be read", grade.notes[-1]))
 
     with _PARSING:  # (with the course's setup and context cells)
         learner = plan_cells(submission, template)
         grade.review, same = review_notebook(learner, number)
-    head = grader_cells(options, number)
+    names = [e.name for e in exercises]
+    package = batch.packages.get(names)
+    unlock = {name: lock.unlock_sources(name, names) for name in names}
+    head = grader_cells()
     excluded: dict[int, str] = {}  # index into `learner` -> why it was left out
     unstarted = 0  # attempts whose kernel did not start
     for attempt_number in range(1, options.max_attempts + 1):
         grade.attempts = attempt_number
         kept = [i for i in range(len(learner)) if i not in excluded]
         planned = head + [learner[i] for i in kept]
-        attempt = run_attempt(planned, snapshot, options, deadline, [(e.name, e.learner_name) for e in exercises])
+        with batch.workers.take() as (slot, judge):
+            context = Context(options, package, batch.confinement, judge, slot, unlock)
+            attempt = run_attempt(planned, [(e.name, e.learner_name) for e in exercises], context, deadline)
         learner_at = {len(head) + k: i for k, i in enumerate(kept)}  # planned index -> learner index
         if attempt.fatal is None:
-            for note in _load_notes(attempt.load) + attempt.notes:
+            for note in attempt.notes:
                 if note not in grade.notes:
                     grade.notes.append(note)
-            registered = attempt.load.get("torch_library")
-            if registered:
-                grade.review.append("your code registered operator implementations with torch.library ("
-                                    + ", ".join(registered[:5]) + "): the grader cannot undo that")
-            if attempt.load.get("foreign"):
-                grade.notes.append("the checks did not load cleanly: " + ", ".join(attempt.load["foreign"][:5]))
-                return finish({}, ("not graded: the grader could not load a pristine copy of the checks", ""))
-            results = {}
-            for name, payload in attempt.results.items():
-                details = list(payload.get("details", []))
-                if payload.get("status") != "passed":
+            outcomes = {}
+            for name, outcome in attempt.outcomes.items():
+                if outcome.status != "passed":
                     for planned_index, error in attempt.cell_errors.items():
                         cell = learner[learner_at[planned_index]]
                         if name in cell.exercises:
-                            details.append(f"{cell.label} raised {error}")
+                            outcome.details.append(f"{cell.label} raised {error}")
                     for i, why in excluded.items():
                         if name in learner[i].exercises:
-                            details.append(f"{learner[i].label} was not run: {why}")
-                results[name] = {**payload, "details": details}
-            why = attempt.notes[-1] if attempt.notes else "the checker gave no result"
-            return finish(results, ("not graded: " + why, ""))
+                            outcome.details.append(f"{learner[i].label} was not run: {why}")
+                outcomes[name] = outcome
+            why = attempt.notes[-1] if attempt.notes else "the judge gave no result"
+            return finish(outcomes, Outcome.error("not graded: " + why))
         index, why = attempt.fatal
         if not attempt.started:
             unstarted += 1
@@ -381,23 +410,27 @@ def grade_notebook(path, number: int, options: Options | None = None, snapshot=N
                 continue  # the kernel did not start: nothing of the notebook's ran yet
         if attempt.out_of_time:
             grade.notes.append(why)
-            return finish({}, ("not graded: " + why, ""))
+            return finish({}, Outcome.error("not graded: " + why))
         if index is not None and index in learner_at and learner[learner_at[index]].role != "setup":
             learner_index = learner_at[index]
             excluded[learner_index] = why
-            cell = learner[learner_index]
-            grade.notes.append(f"{cell.label} was left out: {why}")
+            grade.notes.append(f"{learner[learner_index].label} was left out: {why}")
             continue  # run again without it
         if index is not None:
             why = f"{planned[index].label}: {why}"
         grade.notes.append(why)
-        return finish({}, ("not graded: " + why, ""))
+        return finish({}, Outcome.error("not graded: " + why))
     grade.notes.append(f"gave up after {options.max_attempts} attempts")
-    return finish({}, ("not graded: too many faults in this notebook", ""))
+    return finish({}, Outcome.error("not graded: too many faults in this notebook"))
 
 
 # --------------------------------------------------------------------------------------
 # Grading many
+
+
+def confinement_report() -> str:
+    """Which protections hold for graded notebooks on this machine (``tutor.grading.sandbox``)."""
+    return sandbox.probe().report()
 
 
 def grade(paths, options: Options | None = None, assignment=None, progress: bool = True, only=None,
@@ -410,11 +443,12 @@ def grade(paths, options: Options | None = None, assignment=None, progress: bool
     result (see ``tutor.grading.grades.merge`` to put it into an earlier batch's).
     """
     options = options or Options()
-    snapshot = package_snapshot()
     chosen = set(only or ())
     if exercises:
         chosen |= {catalog.BY_NAME[name].notebook for name in exercises}
-    with tempfile.TemporaryDirectory(prefix="tutor-grade-in-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="tutor-grade-in-") as workdir, Batch(options.workers) as batch:
+        if progress:
+            print(batch.confinement.report(), file=sys.stderr)
         found = find_submissions(paths, pathlib.Path(workdir))
         students, jobs = [], []
         for student, source, files, notes in found:
@@ -439,7 +473,7 @@ def grade(paths, options: Options | None = None, assignment=None, progress: bool
             bar = tqdm(total=len(jobs), desc="grading", unit="notebook", file=sys.stderr)
         done: dict[tuple, NotebookGrade] = {}
         with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
-            futures = {pool.submit(_grade_job, f, number, options, snapshot, exercises): (s, number)
+            futures = {pool.submit(_grade_job, f, number, options, batch, exercises): (s, number)
                        for s, number, f in jobs}
             for future in as_completed(futures):
                 s, number = futures[future]
@@ -466,15 +500,15 @@ def _chosen(number: int, exercises) -> list[catalog.Exercise]:
     return [e for e in catalog.exercises(number) if not exercises or e.name in exercises]
 
 
-def _grade_job(path, number, options, snapshot, exercises=None) -> NotebookGrade:
+def _grade_job(path, number, options, batch, exercises=None) -> NotebookGrade:
     try:
-        return grade_notebook(path, number, options, snapshot, only=exercises)
+        return grade_notebook(path, number, options, exercises, batch)
     except Exception as error:  # noqa: BLE001 - a bug here must not stop the batch
         template = load_template(number, options)
         g = NotebookGrade(number, catalog.notebook(number).slug, str(path))
         g.notes.append(f"the grader failed on this notebook: {type(error).__name__}: {error}")
-        g.exercises = [ExerciseGrade(e.name, number, template.points[e.name], "error", "not graded: the grader failed",
-                                     [], title=template.titles[e.name], label=template.labels[e.name])
+        g.exercises = [ExerciseGrade.of(e, template.points[e.name], Outcome.error("not graded: the grader failed"),
+                                        title=template.titles[e.name], label=template.labels[e.name])
                        for e in _chosen(number, exercises)]
         return g
 
@@ -484,7 +518,7 @@ def _missing(number: int, options: Options, exercises=None) -> NotebookGrade:
     entry = catalog.notebook(number)
     g = NotebookGrade(number, entry.slug, "", submitted=False)
     g.notes.append(f"{entry.filename} was not submitted")
-    g.exercises = [ExerciseGrade(e.name, number, template.points[e.name], "missing", "not submitted", [],
-                                 title=template.titles[e.name], label=template.labels[e.name])
+    g.exercises = [ExerciseGrade.of(e, template.points[e.name], Outcome("missing", "not submitted"),
+                                    title=template.titles[e.name], label=template.labels[e.name])
                    for e in _chosen(number, exercises)]
     return g

@@ -1,0 +1,138 @@
+"""The judge: the process where the checks run, in which no learner code has run and none will.
+
+``python -m tutor.grading.judge --channel FD``. The runner starts one per worker before any notebook is graded; it
+imports every check (and what they import when they run) at once, so that nothing is read from disk later. Then,
+for each graded notebook, the runner sends a job with the channel to that notebook's kernel (a file descriptor,
+passed over the runner's socket): :func:`judge_notebook` checks its exercises in order.
+
+For each exercise the judge asks the kernel to fork a child that serves the learner's definition on a socket of
+its own (``tutor.grading.kernel``), and runs the exercise's check on a handle to it (``tutor.grading.remote``): the
+check's own code, comparisons and diagnoses run here, and only plain data comes back from the learner's side
+(``tutor.grading.wire``). A learner's code that calls a model answer hidden from it (``tutor.grading.lock``) earns
+nothing, with the reason. Once an exercise has its verdict, its model answer is handed to the kernel for the
+exercises after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import socket
+import sys
+import time
+
+from tutor.grading import wire
+from tutor.grading.grades import Outcome
+
+
+def preload() -> None:
+    """Import every check, and what the checks import only when they run, now."""
+    import tutor.checks
+    from tutor.course import catalog
+
+    for notebook in catalog.NOTEBOOKS:
+        module = tutor.checks.check_module(notebook.number)
+        for name in getattr(module, "IMPORTED_WHEN_CHECKING", ()):
+            with contextlib.suppress(ImportError):  # an optional package (transformers): the checks do without it
+                importlib.import_module(name)
+    importlib.import_module("tutor.grading.remote")
+
+
+def _ask(kernel: socket.socket, header: dict, timeout: float, fds=()) -> dict:
+    """One request to the kernel's server and its answer (``{"error": ...}`` when it does not come)."""
+    try:
+        kernel.settimeout(max(0.1, timeout))
+        wire.write_frame(kernel, header, fds=fds)
+        frame = wire.read_frame(kernel)
+    except (OSError, wire.WireError) as error:
+        return {"error": f"the notebook's kernel did not answer ({type(error).__name__})"}
+    if frame is None:
+        return {"error": "the notebook's kernel stopped"}
+    return frame[0]
+
+
+def judge_exercise(kernel: socket.socket, name: str, learner_name: str, timeout: float) -> Outcome:
+    """Check exercise ``name`` on the learner's ``learner_name`` in a child of the kernel."""
+    import tutor.checks
+    from tutor.grading import remote
+
+    mine, theirs = socket.socketpair()
+    try:
+        reply = _ask(kernel, {"op": "exercise", "name": learner_name}, 30.0, fds=[theirs.fileno()])
+    finally:
+        theirs.close()
+    if reply.get("missing") is True:
+        mine.close()
+        return Outcome("missing", f"the notebook does not define `{learner_name}`")
+    if "child" not in reply:
+        mine.close()
+        return Outcome.error(f"not graded: {wire.text(reply.get('error'), 300) or 'the kernel did not serve it'}")
+    peer = remote.Peer(mine, timeout=timeout)
+    try:
+        try:
+            obj = peer.root()
+        except remote.RemoteError as lost:
+            return Outcome("failed", "checking your code stopped the Python process that runs it", [str(lost)])
+        result = getattr(tutor.checks, name)(obj)
+        outcome = Outcome.of_check(result, learner_name)
+        if peer.locked:
+            answers = ", ".join(f"`{a}`" for a in sorted(peer.locked))
+            why = f"your `{learner_name}` calls the model answer {answers}"
+            outcome = Outcome("failed", why + ": no points",
+                              [f"the check {'passed' if outcome.status == 'passed' else 'ran'}, but {why}, which "
+                               "the grader hides while this exercise is graded"] + outcome.details,
+                              model_answer=why, seconds=outcome.seconds)
+        return outcome
+    finally:
+        peer.close()
+
+
+def judge_notebook(kernel: socket.socket, job: dict) -> tuple[list[dict], list[str]]:
+    """Check ``job["exercises"]`` (``[[name, learner_name], ...]``) in order; returns their outcomes (as data) and
+    notes on the checking as a whole."""
+    deadline = time.monotonic() + float(job["seconds"])
+    unlock = job.get("unlock") or {}
+    outcomes, notes = [], []
+    for name, learner_name in job["exercises"]:
+        left = deadline - time.monotonic()
+        if left <= 1:
+            outcome = Outcome.error("not graded: the notebook ran out of its total time limit while it was checked")
+            notes.append("the notebook ran out of its total time limit while it was checked")
+        else:
+            outcome = judge_exercise(kernel, name, learner_name, min(float(job["timeout"]), left))
+        outcomes.append(outcome.to_data())
+        if unlock.get(name):
+            reply = _ask(kernel, {"op": "unlock", "definitions": unlock[name]}, 30.0)
+            if "ok" not in reply:
+                notes.append(f"the model answer of {name} could not be handed to the kernel: "
+                             f"{wire.text(reply.get('error'), 200)}")
+    _ask(kernel, {"op": "stop"}, 5.0)
+    return outcomes, notes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--channel", type=int, required=True)
+    args = parser.parse_args(argv)
+    channel = socket.socket(fileno=args.channel)
+    preload()
+    wire.write_frame(channel, {"ready": True})
+    while True:
+        frame = wire.read_frame(channel, fds=1)
+        if frame is None:
+            return 0
+        job, _, fds = frame
+        if not fds:
+            wire.write_frame(channel, {"outcomes": [], "notes": ["no channel to the notebook's kernel came"]})
+            continue
+        kernel = socket.socket(fileno=fds[0])
+        try:
+            outcomes, notes = judge_notebook(kernel, job)
+        finally:
+            kernel.close()
+        wire.write_frame(channel, {"outcomes": outcomes, "notes": notes})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
