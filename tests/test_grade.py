@@ -5,15 +5,17 @@ look at its results:
 
 - a blank notebook, full solutions, one wrong exercise; notebooks that hang, kill their kernel or hold a
   syntax error;
-- hostile learners: the blank notebook 03 plus one added cell of each kind that forged a grade before the
-  checks ran in a fork of their own (display machinery patched, the display publisher patched, an input
-  transformer, a background thread), and newer ones (a thread and a forked process that write forged
-  results on the grader's channel, patches of torch, importlib, os and signal handlers with a wrong
-  answer);
-  code that attacks while its check calls it;
+- hostile learners of earlier designs: the blank notebook 03 plus one added cell of each kind that forged a
+  grade when the checks ran beside the learner's code (display machinery patched, the display publisher
+  patched, an input transformer, a background thread, a thread and a forked process that write forged
+  results on every socket, patches of torch, importlib, os and signal handlers with a wrong answer), and
+  code that attacks while its check calls it: the checks now run in the judge, apart, and none of it earns
+  a point;
 - every route to the model answer (an alias, a wrapper, another import name, importlib, a module
   attribute, exec of its source, an import inside the function, a partial, a callable object, a subclass),
   a typed copy of it (flagged, not zeroed), and a legitimate use of an earlier exercise's answer.
+
+test_grade_attacks.py has the kinds of attack that still forged a grade in that design (issue 42).
 """
 
 import csv
@@ -403,8 +405,6 @@ def test_patching_the_checks_or_handing_in_the_model_answer_earns_nothing(batch)
     assert by["masked_attention"].status == "passed"
     assert s.score == s.max_score - by["causal_mask"].max_points - by["padding_mask"].max_points
     assert by["padding_mask"].status == "failed" and "model answer" in by["padding_mask"].summary
-    notes = _notes(s)
-    assert "torch.allclose" in notes and "torch.equal" in notes
     assert s.flagged
 
 
@@ -420,26 +420,16 @@ def test_an_added_cell_that_forges_the_grade_earns_nothing_and_is_flagged(batch,
 def test_forged_results_on_the_grader_s_channel_are_not_listened_to(batch):
     students, _ = batch
     s = students["attack-channel"]
-    assert {e.status for e in s.exercises} == {"not done"}
-    if sys.platform.startswith("linux"):  # where every read carries its writer's process id
-        notes = _notes(s)
-        assert "process(es) your code started were stopped" in notes
-        assert "another process wrote on the grader's channel" in notes
+    assert {e.status for e in s.exercises} == {"not done"}  # (the judge skips what it did not ask for)
 
 
-def test_patches_of_torch_importlib_os_and_signals_are_undone_before_the_checks(batch):
+def test_patches_of_torch_importlib_os_and_signals_in_the_kernel_do_not_reach_the_checks(batch):
     students, _ = batch
     s = students["patches"]
     by = _by_name(s)
     assert by["causal_mask"].status == "failed"
     assert "lower triangle" in by["causal_mask"].text()  # the check's real message for torch.triu
     assert {by["masked_attention"].status, by["padding_mask"].status} == {"not done"}
-    notes = _notes(s)
-    for name in ("torch.equal", "torch.allclose", "torch.Tensor.__eq__", "importlib.import_module", "os.fork",
-                 "torch.testing.assert_close"):
-        assert name in notes, (name, notes)
-    assert "a handler of SIGALRM" in notes and "displayhook" not in notes
-    # (the torch mode it entered stays on the kernel's main thread: the checks run on another thread's fork)
 
 
 def test_code_that_attacks_while_its_check_runs_reaches_its_own_exercise_only(batch):
@@ -566,7 +556,7 @@ def test_the_tasks_nbclient_leaves_after_a_cell_are_cancelled_and_collected():
 
     from jupyter_core.utils import ensure_event_loop
 
-    from tutor.grading import runner
+    from tutor.grading import host
 
     loop = ensure_event_loop()
 
@@ -575,7 +565,7 @@ def test_the_tasks_nbclient_leaves_after_a_cell_are_cancelled_and_collected():
         raise AssertionError("self.kc is None")  # what nbclient's poll raises once the client is gone
 
     left = loop.create_task(poll())
-    runner._settle_tasks()
+    host._settle_tasks()
     assert left.cancelled() and not [t for t in asyncio.all_tasks(loop) if not t.done()]
 
 

@@ -1,17 +1,17 @@
-"""The grader's code around the grading kernel, called directly: the snapshot and its restore
-(tutor/grading/kernel.py), the model answer's footprint and fingerprints (answers.py), the static review
-(review.py) and the channel's frames.
+"""The grader's parts, called directly: the kernel's preamble and server (tutor/grading/kernel.py), the package
+without the graded model answers (lock.py), the sandbox (sandbox.py) and the static review (review.py).
 
-test_grade.py runs all of it in real kernels against real notebooks.
+test_grade.py runs all of it in real kernels against real notebooks; test_grading_wire.py tests what crosses
+between the judge and the learner's side.
 """
 
 import ast
 import inspect
-import json
 import os
+import pathlib
+import socket
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -19,8 +19,8 @@ from conftest import ROOT
 from tutor import reference
 from tutor.course import catalog, points
 from tutor.course.build import read_notebook
-from tutor.grading import answers, kernel, plan, review
-from tutor.grading.grades import Options
+from tutor.grading import kernel, lock, plan, review, sandbox, wire
+from tutor.grading.grades import Options, Outcome
 
 
 def test_the_kernel_module_imports_only_the_standard_library_at_its_top():
@@ -36,75 +36,14 @@ def test_the_kernel_module_imports_only_the_standard_library_at_its_top():
 
 
 def test_the_preamble_parses_and_binds_only_the_capture():
-    [preamble] = plan.grader_cells(Options(memory_mb=0), 3)
+    [preamble] = plan.grader_cells()
     tree = ast.parse(preamble.source)
     bound = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
     deleted = {t.id for node in tree.body if isinstance(node, ast.Delete) for t in node.targets}
     assert bound - deleted == {"__tutor_grade_capture"}
-    assert plan.CHANNEL in preamble.source
+    from tutor.grading.host import PREAMBLE_PATH
 
-
-def test_frames_round_trip_and_the_fork_message_is_one_frame():
-    read, write = os.pipe()
-    kernel.send(write, {"result": "softmax", "details": ["é", "→"]})
-    os.close(write)
-    assert kernel.recv(read) == {"result": "softmax", "details": ["é", "→"]}
-    assert kernel.recv(read) is None
-    os.close(read)
-    assert kernel.FORK == kernel.encode("fork")
-
-
-RESTORE = textwrap.dedent('''\
-    import builtins, json, signal, sys, types
-    import torch, torch.nn.functional as F, torch.testing
-    from tutor.grading import plan
-    k = types.ModuleType("k")
-    exec(compile(plan.KERNEL_SOURCE, plan.KERNEL_FILE, "exec"), k.__dict__)
-    snap = k.snapshot()
-    originals = (torch.allclose, torch.Tensor.__eq__, json.loads, F.softmax.__code__, print, sys.meta_path[:])
-    # what learner code does, in __main__ (this script)
-    torch.allclose = lambda *a, **kw: True
-    torch.Tensor.__eq__ = lambda self, other: torch.ones((), dtype=torch.bool)
-    torch.Tensor.__tutor_added = lambda self: "added by the learner"
-    torch.Tensor.__tutor_cache = "a library's own addition, removed silently"
-    json.loads = lambda *a, **kw: {"forged": True}
-    F.softmax.__code__ = (lambda *a, **kw: None).__code__
-    torch.testing.cache = "a library's own change, put back silently"
-    builtins.print = lambda *a, **kw: None
-    sys.modules["torch.testing"] = types.ModuleType("torch.testing")  # what `import torch.testing` returns
-    sys.meta_path.insert(0, type("Hook", (), {"find_spec": staticmethod(lambda *a: None)})())
-    def alarm(*a): pass
-    signal.signal(signal.SIGALRM, alarm)
-    keep = []
-    changed = k.restore(snap, keep)
-    reset = k.reset_process(snap)
-    sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # (reset_process sent it to the null device)
-    now = (torch.allclose, torch.Tensor.__eq__, json.loads, F.softmax.__code__, print, sys.meta_path[:])
-    same = [a is b if not isinstance(a, list) else a == b for a, b in zip(originals, now)]
-    same.append(sys.modules["torch.testing"] is torch.testing)
-    again = k.restore(snap, [])
-    out = {"changed": changed, "reset": reset, "same": same, "again": again,
-           "added": hasattr(torch.Tensor, "__tutor_added") or hasattr(torch.Tensor, "__tutor_cache"),
-           "testing": hasattr(torch.testing, "cache")}
-    open(sys.argv[1], "w").write(json.dumps(out))
-''')
-
-
-def test_restore_puts_back_every_module_class_and_function_and_names_what_the_learner_changed(tmp_path):
-    result = tmp_path / "out.json"
-    done = subprocess.run([sys.executable, "-c", RESTORE, str(result)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0 and result.exists(), done.stderr
-    out = json.loads(result.read_text())
-    assert all(out["same"]), out["same"]
-    assert not out["added"] and not out["testing"]
-    changed = set(out["changed"])
-    assert {"torch.allclose", "torch.Tensor.__eq__", "torch.Tensor.__tutor_added", "json.loads",
-            "builtins.print", "sys.meta_path", "sys.modules['torch.testing']"} <= changed, changed
-    assert not any("cache" in c for c in changed), "a library's own changes are put back silently"
-    assert any("softmax (its code)" in c for c in changed), changed
-    assert out["reset"] == ["a handler of SIGALRM"]
-    assert out["again"] == []  # nothing changed since
+    assert PREAMBLE_PATH in preamble.source
 
 
 def test_capture_keeps_definitions_as_their_cell_left_them():
@@ -115,59 +54,139 @@ def test_capture_keeps_definitions_as_their_cell_left_them():
     assert capture() == {"softmax": "the learner's softmax"}
 
 
+def test_the_kernel_s_server_forks_a_child_per_exercise_and_says_what_is_missing():
+    import threading
+
+    from tutor.grading import remote
+
+    capture = kernel.make_capture()
+    capture(["double"], {"double": lambda x: 2 * x})
+    judge, theirs = socket.socketpair()
+    thread = threading.Thread(target=kernel.serve_judge, args=(theirs, capture), daemon=True)
+    thread.start()
+    mine, child = socket.socketpair()
+    wire.write_frame(judge, {"op": "exercise", "name": "double"}, fds=[child.fileno()])
+    child.close()
+    reply = wire.read_frame(judge)[0]
+    assert isinstance(reply.get("child"), int)
+    peer = remote.Peer(mine, timeout=30)
+    assert peer.root()(21) == 42
+    peer.close()
+    spare, other = socket.socketpair()
+    wire.write_frame(judge, {"op": "exercise", "name": "softmax"}, fds=[other.fileno()])
+    assert wire.read_frame(judge)[0] == {"missing": True}
+    wire.write_frame(judge, {"op": "stop"})
+    assert wire.read_frame(judge)[0] == {"ok": True}
+    judge.close()
+    thread.join(10)
+    spare.close()
+    other.close()
+
+
 # --------------------------------------------------------------------------------------
-# The model answer
+# The package without the graded model answers
 
 
-def _footprints(names=None):
-    modules = {name: module for name, module in sys.modules.items() if name.startswith("tutor.reference")}
-    return answers.footprints(names or [e.name for e in catalog.EXERCISES], modules)
+def test_every_notebook_hides_each_answer_and_only_private_helpers_with_it():
+    hidden = lock.hidden([e.name for e in catalog.EXERCISES])
+    for exercise in catalog.EXERCISES:
+        names = [item.name for item in hidden[exercise.name]]
+        assert names[0] == exercise.reference, exercise.name
+        assert all(name.startswith("_") for name in names[1:]), names
+    assert [i.name for i in hidden["train_bpe"]] == ["train_bpe", "_Candidate"]
+    assert "GPTConfig" not in [i.name for group in hidden.values() for i in group]  # a tool, not an answer
 
 
-def test_a_footprint_holds_the_answer_and_the_private_helpers_only_it_uses():
-    fp = _footprints(["load_gpt2", "train_bpe", "ModernGPT", "masked_attention"])
-    labels = {name: set(f.places.values()) for name, f in fp.items()}
-    assert {"tutor.reference.gpt2.load_gpt2", "tutor.reference.gpt2._fill"} <= labels["load_gpt2"]
-    assert "tutor.reference.model.GPTConfig" not in labels["load_gpt2"]  # public: a tool learners are handed
-    assert "tutor.reference.bpe._words" in labels["train_bpe"]
-    assert not any("swiglu_hidden" in label for label in labels["ModernGPT"])
-    assert labels["masked_attention"] == {"tutor.reference.attention.scaled_dot_product_attention"}
-    # the answers of other exercises stay allowed: notebooks build on them
-    assert not any("softmax" in label for label in labels["masked_attention"])
+def _import_in(package: pathlib.Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=package, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(package), "PATH": os.environ.get("PATH", ""),
+                               "PYTHONDONTWRITEBYTECODE": "1"})
 
 
-@pytest.mark.parametrize("exercise", catalog.EXERCISES, ids=lambda e: e.name)
-def test_the_model_answer_compiled_alone_from_its_source_has_its_fingerprint(exercise):
-    # exec(inspect.getsource(ref.X)) compiles it outside its module, which changes some instructions
-    fp = _footprints([exercise.name])[exercise.name]
-    obj = answers._unwrap(getattr(reference, exercise.reference))
-    namespace = dict(vars(sys.modules[obj.__module__]))
-    exec(compile(inspect.getsource(obj), "<string>", "exec"), namespace)
-    codes = answers._codes_of(namespace[obj.__name__])
-    assert codes and all(answers.fingerprint(c) in fp.contents for c in codes)
+def test_a_package_with_every_answer_hidden_imports_and_its_answers_raise(tmp_path):
+    lock.write_package([e.name for e in catalog.EXERCISES], tmp_path)
+    assert not (tmp_path / "tutor/checks/nb03_masking.py").exists()
+    assert not (tmp_path / "tutor/checks/compare.py").exists()
+    assert "def softmax(*args, **kwargs)" in (tmp_path / "tutor/reference/attention.py").read_text()
+    done = _import_in(tmp_path, "import tutor, tutor.reference as r, tutor.train, tutor.data, tutor.viz, tutor.scale, "
+                                "tutor.checks, tutor.checks.beside, tutor.train.finetune, tutor.huggingface\n"
+                                "for name in ('softmax', 'GPT', 'load_gpt2', 'add_lora'):\n"
+                                "    try:\n        getattr(r, name)(1)\n"
+                                "    except Exception as e:\n        print(type(e).__name__, e)\n"
+                                "print(tutor.__file__)")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:4] == [f"ModelAnswerLocked the model answer tutor.reference.{m}.{n} cannot be used while its "
+                         "exercise is graded" for m, n in [("attention", "softmax"), ("model", "GPT"),
+                                                          ("gpt2", "load_gpt2"), ("lora", "add_lora")]]
+    assert lines[4].startswith(str(tmp_path))
 
 
-def test_identity_sees_aliases_partials_bound_methods_and_subclasses():
-    import functools
+def test_an_answer_handed_back_works_and_the_stubs_bound_before_follow_it(tmp_path):
+    names = [e.name for e in catalog.exercises(1)]
+    lock.write_package(names, tmp_path)
+    sources = lock.unlock_sources("softmax", names)
+    code = (f"import torch, tutor.reference as r\nfrom tutor.grading import kernel\nbound = r.softmax\n"
+            f"kernel._unlock({sources!r})\nx = torch.tensor([1.0, 2.0])\n"
+            "print(torch.allclose(bound(x), torch.softmax(x, -1)), r.softmax is not bound)\n"
+            "try:\n    r.one_hot(torch.tensor([1]), 3)\nexcept Exception as e:\n    print(type(e).__name__)")
+    done = _import_in(tmp_path, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "ModelAnswerLocked"]
 
-    fp = _footprints(["padding_mask", "AttentionHead", "softmax"])
-    assert answers.identity(reference.padding_mask, fp["padding_mask"]) == "tutor.reference.attention.padding_mask"
-    assert answers.identity(functools.partial(reference.padding_mask, pad_id=0), fp["padding_mask"])
-    assert answers.identity(type("Mine", (reference.AttentionHead,), {}), fp["AttentionHead"])
-    assert answers.identity(lambda x, dim=-1: x.softmax(dim), fp["softmax"]) is None
+
+# --------------------------------------------------------------------------------------
+# The sandbox
+
+
+@pytest.mark.skipif(sandbox.probe().kind != "bubblewrap", reason="bubblewrap is not available here")
+def test_the_sandbox_sees_the_package_and_python_but_not_the_course_home_or_network(tmp_path):
+    (tmp_path / "tutor").mkdir()
+    (tmp_path / "tutor" / "__init__.py").write_text("")
+    code = ("import os, socket, sys\n"
+            f"print(os.path.exists({str(ROOT / 'solutions')!r}), os.path.exists({str(ROOT / 'tutor')!r}), "
+            "os.path.exists(os.path.expanduser('~root/.bashrc')), os.access('/grade/package/tutor', os.W_OK))\n"
+            "print(os.getpid() < 10, os.access('/tmp', os.W_OK))\n"
+            "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('network')\n"
+            "except OSError:\n    print('no network')\n"
+            "import tutor; print(tutor.__file__)")
+    confinement = sandbox.probe()
+    command = confinement.command([sys.executable, "-c", code], tmp_path)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/",
+                          env=sandbox.environment(confinement.package_path(tmp_path), "/tmp"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False False False False", "True True", "no network",
+                                        "/grade/package/tutor/__init__.py"]
+
+
+def test_the_confinement_report_says_what_held_and_what_did_not():
+    text = sandbox.probe().report()
+    assert text.startswith("confinement of the graded notebooks: ")
+    assert "held:" in text
+
+
+# --------------------------------------------------------------------------------------
+# Outcomes
+
+
+def test_an_outcome_survives_the_wire_and_anything_else_is_an_error():
+    outcome = Outcome("failed", "wrong values", ["expected 1", "got 2"], model_answer="", seconds=0.5)
+    assert Outcome.from_data(outcome.to_data()) == outcome
+    assert Outcome.from_data({"status": "passed!"}).status == "error"
+    assert Outcome.from_data("passed").status == "error"
+
+
+# --------------------------------------------------------------------------------------
+# The static review
 
 
 def test_same_as_answer_sees_renamed_and_reformatted_copies_only():
     exercise = catalog.BY_NAME["padding_mask"]
     copy = inspect.getsource(reference.padding_mask).replace("ids", "tokens").replace("pad_id", "blank")
     copy = copy.replace('"""', '"""Mine.\n    ', 1) + "\n# my comment\n"
-    assert answers.same_as_answer(copy, exercise, reference) == "tutor/reference/attention.py"
+    assert review.same_as_answer(copy, exercise) == "tutor/reference/attention.py"
     other = "def padding_mask(ids, pad_id=0):\n    return (ids != pad_id)[:, None, :]\n"
-    assert answers.same_as_answer(other, exercise, reference) is None
-
-
-# --------------------------------------------------------------------------------------
-# The static review
+    assert review.same_as_answer(other, exercise) is None
 
 
 @pytest.mark.parametrize("source, reason", [
@@ -189,7 +208,7 @@ def test_same_as_answer_sees_renamed_and_reformatted_copies_only():
     ("from torch.overrides import TorchFunctionMode", "every operation"),
     ("import torch\nlib = torch.library.Library('aten', 'IMPL')", "operator implementations"),
 ])
-def test_the_review_flags_code_that_could_reach_the_grader(source, reason):
+def test_the_review_flags_code_that_reaches_for_the_machinery(source, reason):
     found = review.flags(source, "cell 3 (a cell you added)")
     assert found and any(reason in why for f in found for why in f.why), [f.text() for f in found]
     assert all(f.text().startswith("cell 3 (a cell you added), line ") for f in found)

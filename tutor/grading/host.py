@@ -112,7 +112,13 @@ def run(control: socket.socket, judge: socket.socket, plan: dict) -> None:
     client = NotebookClient(nb, timeout=int(plan["cell_timeout"]), kernel_name=plan.get("kernel_name", "python3"),
                             allow_errors=True, record_timing=False, startup_timeout=120,
                             resources={"metadata": {"path": work}})
-    with client.setup_kernel(cwd=work):
+    try:
+        kernel = client.setup_kernel(cwd=work)
+        kernel.__enter__()
+    except Exception as error:  # noqa: BLE001 - no kernel: said to the runner, which tries again or gives up
+        report({"fatal": f"the kernel could not run the notebook: {type(error).__name__}: {error}"})
+        return
+    try:
         for index, cell in enumerate(nb.cells):
             report({"cell": index})
             client.timeout = max(1, int(plan["timeouts"][index]))
@@ -142,6 +148,8 @@ def run(control: socket.socket, judge: socket.socket, plan: dict) -> None:
             control.recv(1)  # until the runner closes it, or stops the sandbox
         except OSError:
             pass
+    finally:
+        kernel.__exit__(None, None, None)
 
 
 def _run_preamble(client, cell, index, listener, judge) -> None:

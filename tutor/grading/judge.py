@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import secrets
 import socket
 import sys
 import time
@@ -40,16 +41,23 @@ def preload() -> None:
 
 
 def _ask(kernel: socket.socket, header: dict, timeout: float, fds=()) -> dict:
-    """One request to the kernel's server and its answer (``{"error": ...}`` when it does not come)."""
+    """One request to the kernel's server and its answer (``{"error": ...}`` when it does not come). The answer
+    must repeat the request's nonce: frames that the learner's code writes on the channel are skipped."""
+    nonce = secrets.token_hex(8)
+    deadline = time.monotonic() + max(0.1, timeout)
     try:
         kernel.settimeout(max(0.1, timeout))
-        wire.write_frame(kernel, header, fds=fds)
-        frame = wire.read_frame(kernel)
+        wire.write_frame(kernel, {**header, "nonce": nonce}, fds=fds)
+        while True:
+            kernel.settimeout(max(0.01, deadline - time.monotonic()))
+            frame = wire.read_frame(kernel)
+            if frame is None:
+                return {"error": "the notebook's kernel stopped"}
+            if frame[0].get("nonce") == nonce:
+                return frame[0]
     except (OSError, wire.WireError) as error:
-        return {"error": f"the notebook's kernel did not answer ({type(error).__name__})"}
-    if frame is None:
-        return {"error": "the notebook's kernel stopped"}
-    return frame[0]
+        return {"error": f"the notebook's kernel did not answer the grader ({type(error).__name__}; does the "
+                         "notebook write on sockets it did not open?)"}
 
 
 def judge_exercise(kernel: socket.socket, name: str, learner_name: str, timeout: float) -> Outcome:
@@ -76,6 +84,10 @@ def judge_exercise(kernel: socket.socket, name: str, learner_name: str, timeout:
             return Outcome("failed", "checking your code stopped the Python process that runs it", [str(lost)])
         result = getattr(tutor.checks, name)(obj)
         outcome = Outcome.of_check(result, learner_name)
+        if peer.broken and outcome.status != "passed":  # how the child ended, in the kernel's words
+            ended = _ask(kernel, {"op": "stop"}, 5.0).get("ended")
+            if isinstance(ended, list) and ended:
+                outcome.details.append(f"the process that ran your code ended with {wire.text(ended[-1], 80)}")
         if peer.locked:
             answers = ", ".join(f"`{a}`" for a in sorted(peer.locked))
             why = f"your `{learner_name}` calls the model answer {answers}"

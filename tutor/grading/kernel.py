@@ -62,13 +62,15 @@ def start(path: str):
 
 
 def serve_judge(channel: socket.socket, capture) -> None:
-    """Answer the judge's requests on ``channel`` until it closes (see the module's docstring)."""
+    """Answer the judge's requests on ``channel`` until it closes (see the module's docstring). Each answer repeats
+    its request's ``nonce``: the judge ignores what else arrives on the channel."""
     from tutor.grading import wire
 
+    read, write = wire.read_frame, wire.write_frame  # (bound now: the learner's code may replace them later)
     children: list[int] = []
     while True:
         try:
-            frame = wire.read_frame(channel, fds=1)
+            frame = read(channel, fds=1)
         except (OSError, wire.WireError):
             return
         if frame is None:
@@ -81,8 +83,7 @@ def serve_judge(channel: socket.socket, capture) -> None:
             elif op == "unlock":
                 reply = _unlock(header.get("definitions") or [])
             elif op == "stop":
-                _stop(children)
-                reply = {"ok": True}
+                reply = {"ended": _stop(children)}
             else:
                 reply = {"error": f"no request is called {op!r}"}
         except Exception as error:  # noqa: BLE001 - said to the judge, which decides what it means
@@ -94,13 +95,15 @@ def serve_judge(channel: socket.socket, capture) -> None:
                 except OSError:
                     pass
         try:
-            wire.write_frame(channel, reply)
+            write(channel, {**reply, "nonce": header.get("nonce")})
         except OSError:
             return
 
 
-def _exercise(channel, captured: dict, name: str, fds: list[int], children: list[int]) -> dict:
-    """Fork a child that serves the learner's ``name`` on the socket in ``fds``."""
+def _exercise(channel, captured: dict, name: str, fds: list[int], children: list[int],
+              _fork=os.fork, _exit=os._exit, _dup=os.dup) -> dict:
+    """Fork a child that serves the learner's ``name`` on the socket in ``fds`` (the process functions bound when
+    this module ran, before the learner's code)."""
     import warnings
 
     _stop(children)
@@ -110,28 +113,50 @@ def _exercise(channel, captured: dict, name: str, fds: list[int], children: list
         return {"missing": True}
     with warnings.catch_warnings():  # Python 3.12+ warns that other threads do not survive a fork: they need not
         warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+        pid = _fork()
     if pid == 0:  # the child: serves, then exits without running anything else of the kernel's
         try:
             channel.close()
             from tutor.grading import serve
 
             serve.quiet()
-            serve.serve(socket.socket(fileno=os.dup(fds[0])), captured[name])
+            serve.serve(socket.socket(fileno=_dup(fds[0])), captured[name])
         finally:
-            os._exit(0)
+            _exit(0)
     children.append(pid)
     return {"child": pid}
 
 
-def _stop(children: list[int]) -> None:
+def _stop(children: list[int], _kill=os.kill, _waitpid=os.waitpid) -> list[str]:
+    """Kill the children (after a moment for one that is ending); returns how each ended, in words."""
+    import time
+
+    ended = []
     for pid in children:
         try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            done, status = 0, 0
+            for _ in range(20):
+                done, status = _waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.01)
+            if not done:
+                _kill(pid, signal.SIGKILL)
+                _, status = _waitpid(pid, 0)
+                ended.append("stopped by the grader")
+            elif os.WIFSIGNALED(status):
+                ended.append(_signal_name(os.WTERMSIG(status)))
+            else:
+                ended.append(f"exit code {os.WEXITSTATUS(status)}")
         except (ProcessLookupError, ChildProcessError):
             pass
     children.clear()
+    return ended
+
+
+def _signal_name(number: int) -> str:
+    return {signal.SIGSEGV: "a segmentation fault", signal.SIGKILL: "SIGKILL, usually out of memory",
+            signal.SIGABRT: "an abort"}.get(number, f"signal {number}")
 
 
 def _unlock(definitions) -> dict:

@@ -266,6 +266,9 @@ def _follow_cells(attempt: Attempt, control: socket.socket, planned, limits, opt
         index = report.get("cell")
         if report.get("done") is True:
             return True
+        if "fatal" in report and index is None and not attempt.started:  # the kernel did not start
+            attempt.fatal = (None, wire.text(report["fatal"], 300))
+            return False
         if type(index) is not int or not 0 <= index < len(planned):
             attempt.fatal = (current, "the notebook's process sent a report the grader does not understand")
             return False
