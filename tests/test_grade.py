@@ -722,13 +722,17 @@ def test_a_points_or_overrides_file_that_is_not_right_names_the_file(tmp_path, c
     assert "no exercise is called softmaks" in capsys.readouterr().err
 
 
-def test_every_solution_notebook_scores_full_marks_with_nothing_flagged_but_copies_of_the_answers(tmp_path):
-    # The watch for the model answer must not take a correct notebook's own code, or the course's cells, for it.
-    folder = tmp_path / "solutions"
+def test_every_solution_notebook_scores_full_marks_and_every_blank_one_nothing(tmp_path):
+    # The model answers hidden from the kernel must not be needed by a correct notebook's own code, the course's
+    # cells or the checks (each answer comes back once its exercise has its verdict); the blank notebooks say
+    # "not done" for every exercise.
+    solutions, blanks = tmp_path / "solutions", tmp_path / "blanks"
     for nb in catalog.NOTEBOOKS:
-        _write(_solution(nb.number), folder, nb.number)
-    [student] = grading.grade([folder], grading.Options(cell_timeout=60, total_timeout=300, workers=2),
-                              progress=False)
+        _write(_solution(nb.number), solutions, nb.number)
+        _write(_blank(nb.number), blanks, nb.number)
+    students = grading.grade([solutions, blanks], grading.Options(cell_timeout=60, total_timeout=300, workers=2),
+                             progress=False)
+    student, blank = sorted(students, key=lambda s: s.student != "solutions")
     assert [nb.number for nb in student.notebooks] == [nb.number for nb in catalog.NOTEBOOKS]
     for nb in student.notebooks:
         assert nb.score == nb.max_score, [(e.name, e.status, e.summary) for e in nb.exercises if e.status != "passed"]
@@ -736,3 +740,7 @@ def test_every_solution_notebook_scores_full_marks_with_nothing_flagged_but_copi
         assert not any(e.model_answer for e in nb.exercises)
         for e in nb.exercises:  # only flags that say the code is the model answer's, which a solution's may be
             assert all("is the model answer's" in r for r in e.review), e.review
+    assert [nb.number for nb in blank.notebooks] == [nb.number for nb in catalog.NOTEBOOKS]
+    for nb in blank.notebooks:
+        assert nb.score == 0 and {e.status for e in nb.exercises} == {"not done"}, \
+            [(e.name, e.status, e.summary) for e in nb.exercises]

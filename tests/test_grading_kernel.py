@@ -73,10 +73,10 @@ def test_the_kernel_s_server_forks_a_child_per_exercise_and_says_what_is_missing
     assert peer.root()(21) == 42
     peer.close()
     spare, other = socket.socketpair()
-    wire.write_frame(judge, {"op": "exercise", "name": "softmax"}, fds=[other.fileno()])
-    assert wire.read_frame(judge)[0] == {"missing": True}
-    wire.write_frame(judge, {"op": "stop"})
-    assert wire.read_frame(judge)[0] == {"ok": True}
+    wire.write_frame(judge, {"op": "exercise", "name": "softmax", "nonce": "n1"}, fds=[other.fileno()])
+    assert wire.read_frame(judge)[0] == {"missing": True, "nonce": "n1"}
+    wire.write_frame(judge, {"op": "stop", "nonce": "n2"})
+    assert wire.read_frame(judge)[0] == {"ended": [], "nonce": "n2"}  # (each exercise stops the one before)
     judge.close()
     thread.join(10)
     spare.close()
@@ -248,3 +248,32 @@ def test_the_catalog_lists_each_notebooks_exercises_in_the_notebooks_order():
         assert names == sorted(names, key=at.get), nb.slug
         titles = plan.load_template(nb.number, Options()).titles
         assert [titles[n].split(" —")[0] for n in names] == [f"Exercise {k}" for k in range(1, len(names) + 1)]
+
+
+@pytest.mark.parametrize("kind", ["unshare", "none"])
+def test_without_bubblewrap_grading_goes_on_and_the_report_says_what_did_not_hold(tmp_path, monkeypatch, kind):
+    import shutil
+
+    import nbformat
+
+    from tutor import grading
+    from tutor.grading import runner
+
+    if kind == "unshare" and not shutil.which("unshare"):
+        pytest.skip("no unshare here")
+    weaker = sandbox.Confinement(kind, ["limits on memory, open files and file size"],
+                                 ["the filesystem view: the model answers and the course's files are readable"])
+    monkeypatch.setattr(runner.sandbox, "probe", lambda: weaker)
+    for folder, source in (("full", "solutions"), ("blank", "notebooks")):
+        (tmp_path / folder).mkdir()
+        nb = nbformat.read(ROOT / source / catalog.notebook(1).filename, as_version=4)
+        nbformat.write(nb, tmp_path / folder / catalog.notebook(1).filename)
+    students = {s.student: s for s in grading.grade([tmp_path / "full", tmp_path / "blank"],
+                                                    grading.Options(cell_timeout=30, total_timeout=200),
+                                                    progress=False)}
+    assert students["full"].score == students["full"].max_score > 0
+    assert students["blank"].score == 0 and {e.status for e in students["blank"].exercises} == {"not done"}
+    out = tmp_path / "out"
+    grading.write_outputs(list(students.values()), out, confinement=weaker.report())
+    summary = (out / "class.md").read_text(encoding="utf-8")
+    assert "## How the notebooks were confined" in summary and "- did not hold: the filesystem view" in summary

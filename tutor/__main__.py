@@ -207,7 +207,8 @@ def cmd_grade(args) -> int:
     adjustments = stored if adjustments is None else adjustments
     for line in grading.apply_overrides(students, adjustments):
         print(f"warning: the override for {line} matches no graded exercise", file=sys.stderr)
-    written = grading.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]), adjustments)
+    written = grading.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]), adjustments,
+                                    confinement=grading.confinement_report() if args.submissions else None)
     print(grading.summary_table(students))
     print(f"wrote {len(written)} files to {args.out}")
     return 0

@@ -45,6 +45,33 @@ def torch_calls(fn, *args, **kwargs):
     return result, sorted(recorder.seen)
 
 
+class FastMetaTriangles(TorchFunctionMode):
+    """tril/triu of a meta tensor, without PyTorch's slow first call.
+
+    On the meta device (shapes, no data) PyTorch runs tril/triu through a Python decomposition
+    whose first call imports torch._dynamo and sympy: seconds. The result of tril/triu has the
+    input's shape, dtype and device, so on meta tensors we return exactly that.
+    """
+
+    NAMES = {"tril", "triu", "tril_", "triu_"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        a = args[0] if args else kwargs.get("input")
+        if name in self.NAMES and isinstance(a, torch.Tensor) and a.device.type == "meta" and "out" not in kwargs:
+            if a.dim() < 2:
+                raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+            return a if name.endswith("_") else torch.empty(a.shape, dtype=a.dtype, device=a.device)
+        return func(*args, **kwargs)
+
+
+def fast_meta_triangles(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with tril and triu of meta tensors fast (see ``FastMetaTriangles``)."""
+    with FastMetaTriangles():
+        return fn(*args, **kwargs)
+
+
 def assign_parameters(module: nn.Module, values: dict) -> None:
     """Copy ``values`` (name -> tensor) into the parameters of ``module`` of those names, in place."""
     mine = dict(module.named_parameters())

@@ -3,12 +3,12 @@
 import math
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from tutor import reference as ref
+from tutor.checks import beside
 from tutor.checks.common import laika_one_hot, sdpa_mistakes
 from tutor.checks.compare import diagnose, expect_close, expect_tensor, shape_mismatch
-from tutor.checks.harness import LearnerError, Mismatch, call, case, check, error_details, is_signature_error
+from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, error_details, is_signature_error
 
 __all__ = ["causal_mask", "masked_attention", "padding_mask"]
 
@@ -96,27 +96,6 @@ def _causal_mistakes(T):
     ]
 
 
-class _FastMetaTriangles(TorchFunctionMode):
-    """tril/triu of a meta tensor, without PyTorch's slow first call.
-
-    On the meta device (shapes, no data) PyTorch runs tril/triu through a Python decomposition
-    whose first call imports torch._dynamo and sympy: seconds. The result of tril/triu has the
-    input's shape, dtype and device, so on meta tensors we return exactly that.
-    """
-
-    NAMES = {"tril", "triu", "tril_", "triu_"}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        a = args[0] if args else kwargs.get("input")
-        if name in self.NAMES and isinstance(a, torch.Tensor) and a.device.type == "meta" and "out" not in kwargs:
-            if a.dim() < 2:
-                raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
-            return a if name.endswith("_") else torch.empty(a.shape, dtype=a.dtype, device=a.device)
-        return func(*args, **kwargs)
-
-
 @check
 def causal_mask(fn):
     for T in (5, 1, 2, 9):
@@ -131,8 +110,7 @@ def causal_mask(fn):
         expect_mask(got, ref.causal_mask(4), "causal_mask(4, device=torch.device('cpu'))", _causal_mistakes(4))
     with case("T = 3, device='meta'"):
         # A meta tensor has a shape, a dtype and a device but no data: only those can be compared.
-        with _FastMetaTriangles():
-            got = call(fn, 3, device="meta", what="causal_mask(3, device='meta')")
+        got = call(at(beside.fast_meta_triangles), fn, 3, device="meta", what="causal_mask(3, device='meta')")
         what = "causal_mask(3, device='meta')"
         if not isinstance(got, torch.Tensor):
             raise Mismatch(f"{what} should be a torch.Tensor, got {type(got).__name__}")

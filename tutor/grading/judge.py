@@ -1,7 +1,8 @@
 """The judge: the process where the checks run, in which no learner code has run and none will.
 
-``python -m tutor.grading.judge --channel FD``. The runner starts one per worker before any notebook is graded; it
-imports every check (and what they import when they run) at once, so that nothing is read from disk later. Then,
+``python -m tutor.grading.judge --channel FD --notebooks N ...``. The runner starts one per worker before it grades
+a notebook; it imports the checks of the batch's notebooks (and what they import when they run) at once, so that
+nothing is read from disk later. Then,
 for each graded notebook, the runner sends a job with the channel to that notebook's kernel (a file descriptor,
 passed over the runner's socket): :func:`judge_notebook` checks its exercises in order.
 
@@ -27,13 +28,13 @@ from tutor.grading import wire
 from tutor.grading.grades import Outcome
 
 
-def preload() -> None:
-    """Import every check, and what the checks import only when they run, now."""
+def preload(numbers=None) -> None:
+    """Import the checks of notebooks ``numbers`` (default: all), and what they import only when they run, now."""
     import tutor.checks
     from tutor.course import catalog
 
-    for notebook in catalog.NOTEBOOKS:
-        module = tutor.checks.check_module(notebook.number)
+    for number in numbers or [notebook.number for notebook in catalog.NOTEBOOKS]:
+        module = tutor.checks.check_module(number)
         for name in getattr(module, "IMPORTED_WHEN_CHECKING", ()):
             with contextlib.suppress(ImportError):  # an optional package (transformers): the checks do without it
                 importlib.import_module(name)
@@ -126,9 +127,10 @@ def judge_notebook(kernel: socket.socket, job: dict) -> tuple[list[dict], list[s
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--channel", type=int, required=True)
+    parser.add_argument("--notebooks", type=int, nargs="*", default=None, help="the checks to import (default all)")
     args = parser.parse_args(argv)
     channel = socket.socket(fileno=args.channel)
-    preload()
+    preload(args.notebooks)
     wire.write_frame(channel, {"ready": True})
     while True:
         frame = wire.read_frame(channel, fds=1)

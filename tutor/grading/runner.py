@@ -57,10 +57,11 @@ HOST_SLACK = 15.0  # seconds the runner waits beyond a cell's own time limit bef
 class Judge:
     """One judge process (``python -m tutor.grading.judge``), used for one notebook at a time."""
 
-    def __init__(self):
+    def __init__(self, notebooks=()):
         self.channel, theirs = socket.socketpair()
         self.process = subprocess.Popen([sys.executable, "-m", "tutor.grading.judge", "--channel",
-                                         str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                         str(theirs.fileno()), "--notebooks", *map(str, sorted(set(notebooks)))],
+                                        pass_fds=[theirs.fileno()],
                                         env=self._environment(), stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         theirs.close()
@@ -109,8 +110,9 @@ class Judge:
 class Workers:
     """What each worker of a batch holds: a judge, and a slot (the sandbox's user id, when the grader is root)."""
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, notebooks=()):
         self.free: queue.Queue = queue.Queue()
+        self.notebooks = list(notebooks)  # the checks the judges import when they start
         self.judges: list[Judge | None] = [None] * count
         for slot in range(count):
             self.free.put(slot)
@@ -122,7 +124,7 @@ class Workers:
         try:
             judge = self.judges[slot]
             if judge is None or not judge.alive:
-                judge = self.judges[slot] = Judge()
+                judge = self.judges[slot] = Judge(self.notebooks)
             yield slot, judge
         finally:
             self.free.put(slot)
@@ -326,10 +328,10 @@ def review_notebook(learner: list[PlannedCell], number: int) -> tuple[list[str],
 class Batch:
     """What the notebooks of one batch share: the confinement, the packages, the workers (judges and slots)."""
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, notebooks=()):
         self.confinement = sandbox.probe()
         self.packages = Packages()
-        self.workers = Workers(max(1, workers))
+        self.workers = Workers(max(1, workers), notebooks)
 
     def close(self) -> None:
         self.workers.close()
@@ -348,7 +350,7 @@ def grade_notebook(path, number: int, options: Options | None = None, only=None,
     the exercises to check (default: all of them)."""
     options = options or Options()
     if batch is None:
-        with Batch() as own:
+        with Batch(notebooks=[number]) as own:
             return grade_notebook(path, number, options, only, own)
     start = time.monotonic()
     deadline = start + options.total_timeout
@@ -468,6 +470,7 @@ def grade(paths, options: Options | None = None, assignment=None, progress: bool
         wanted = sorted(set(assignment) if assignment else {number for _, number, _ in jobs})
         if chosen:
             wanted = [number for number in wanted if number in chosen]
+        batch.workers.notebooks = sorted({number for _, number, _ in jobs})
         for number in wanted:
             load_template(number, options)  # once, before the threads start
 

@@ -49,8 +49,7 @@ class Confinement:
         if self.kind == "bubblewrap":
             return bwrap_command(package) + ["--", *argv]
         if self.kind == "unshare":
-            user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-            return ["unshare", *user, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", *argv]
+            return unshare_command() + list(argv)
         return list(argv)
 
     def package_path(self, package: pathlib.Path) -> str:
@@ -147,6 +146,14 @@ def bwrap_command(package: pathlib.Path) -> list[str]:
     return args
 
 
+def unshare_command() -> list[str]:
+    """util-linux's ``unshare`` for a PID and a network namespace, its loopback brought up (the kernel's Jupyter
+    channels need it) with iproute2's ``ip``."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--", "sh", "-c",
+            'ip link set lo up 2>/dev/null; exec "$@"', "sh"]
+
+
 def _works(command: list[str]) -> bool:
     try:
         return subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -158,7 +165,8 @@ def _works(command: list[str]) -> bool:
 @functools.lru_cache(maxsize=1)
 def probe() -> Confinement:
     """The strongest confinement this machine allows, tried once (a command that imports nothing)."""
-    probe_code = ["-c", "import os, sys; sys.exit(0 if os.getpid() <= 3 else 1)"]
+    probe_code = ["-c", "import os, socket, sys; socket.create_server(('127.0.0.1', 0)).close(); "
+                        "sys.exit(0 if os.getpid() <= 3 else 1)"]  # a PID namespace, with a loopback that works
     root = os.geteuid() == 0
     common = ["no network: a loopback of its own", "its own PID namespace: every process it starts dies with it"]
     if sys.platform.startswith("linux") and shutil.which("bwrap"):
@@ -180,10 +188,8 @@ def probe() -> Confinement:
         why = "bubblewrap (bwrap) is not installed: apt install bubblewrap" if sys.platform.startswith("linux") \
             else f"{sys.platform} has no Linux namespaces"
     filesystem = (f"the filesystem view: the model answers and the course's files are readable ({why})")
-    if sys.platform.startswith("linux") and shutil.which("unshare"):
-        user = [] if root else ["--user", "--map-root-user"]
-        if _works(["unshare", *user, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", sys.executable,
-                   *probe_code]):
+    if sys.platform.startswith("linux") and shutil.which("unshare") and shutil.which("ip"):
+        if _works(unshare_command() + [sys.executable, *probe_code]):
             return Confinement("unshare", common + ["limits on memory, open files and file size"],
                                [filesystem, "a private /tmp (a temporary folder of the grader's is used)",
                                 "a limit on the number of processes"])

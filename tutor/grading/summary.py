@@ -166,10 +166,12 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^\w.\-]+", "_", name).strip("._") or "student"
 
 
-def write_outputs(students: list[StudentGrade], out, formats=("gradescope",), overrides=None) -> list[pathlib.Path]:
+def write_outputs(students: list[StudentGrade], out, formats=("gradescope",), overrides=None,
+                  confinement: str | None = None) -> list[pathlib.Path]:
     """Write results into ``out``: with one submission directly there (Gradescope's layout), else one folder
-    per student, ``gradebook.csv`` and the class summary; always ``grades.json`` (the batch, for a later
-    partial regrade). Returns the files written."""
+    per student, ``gradebook.csv`` and the class summary (ending with ``confinement``, the grader's report of
+    which protections held: ``tutor.grading.sandbox``); always ``grades.json`` (the batch, for a later partial
+    regrade). Returns the files written."""
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -193,6 +195,8 @@ def write_outputs(students: list[StudentGrade], out, formats=("gradescope",), ov
         written.append(out / "gradebook.csv")
     if not single:
         summary = class_markdown(students)
+        if confinement:
+            summary += "\n## How the notebooks were confined\n\n" + confinement.split("\n", 1)[-1] + "\n"
         write(out / "class.md", summary)
         write(out / "class.html", reports.render(summary, "Class summary"))
     grades.save(students, out / "grades.json", overrides)
