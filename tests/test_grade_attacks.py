@@ -105,7 +105,7 @@ def causal_mask(T, device=None):
     return {{result}}
 '''
 
-# Routes to the model answer that the footprint watch missed.
+# Routes to the model answer that the old grader's watch on calls into it missed.
 PROFILE_OFF = '''\
 def causal_mask(T, device=None):
     import sys

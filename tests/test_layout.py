@@ -158,9 +158,7 @@ def test_an_imported_constant_has_one_definition():
 
 # Private attributes the package may use on objects that are not its own, with the reason.
 OTHERS_PRIVATE = {
-    ("sys", "_getframe"): "the model-answer watch reads the caller's frame",
     ("os", "_exit"): "a forked child exits without running the parent's atexit handlers",
-    ("torch", "_C"): "the checker switches torch's modes off (no public API)",
     ("widget", "_handle_displayed"): "ipywidgets 7 runs its on-displayed callbacks only through it",
 }
 

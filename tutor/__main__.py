@@ -66,8 +66,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser(
         "grade", help="grade learner notebooks (Gradescope, otter, CSV, feedback)",
-        description="Grade submissions: each exercise is checked again in a fresh kernel the grader controls, "
-                    "with a pristine copy of the checks; stored outputs are ignored. A SUBMISSION is one "
+        description="Grade submissions: each notebook runs again in a fresh, confined kernel, and each exercise "
+                    "is checked by the grader's judge, apart from the learner's code; stored outputs are ignored. "
+                    "A SUBMISSION is one "
                     "student: a learner notebook (NN_*.ipynb), a folder or a zip of them; a folder with a "
                     "subfolder per student (or alice_03_masking.ipynb, bob_03_masking.ipynb ...) is a class.")
     p.add_argument("submissions", nargs="*", metavar="SUBMISSION",

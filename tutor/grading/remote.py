@@ -170,15 +170,14 @@ class Peer:
         return self.request(header, encoder)
 
     def _context(self, encoder: wire.Encoder) -> dict:
-        """What a call in the learner's process shares with the judge: grad mode, threads, the default dtype, and the
+        """What a call in the learner's process shares with the judge: grad mode, the default dtype, and the
         random generator. The generator's state is sent when the judge's has changed since the last call, or the
         check seeded it (``harness.seed``); else the learner's process goes on from where its last call left it, as
         the learner's code would in one process. The judge never takes a state back: nothing the learner's process
         answers changes the numbers the judge draws next."""
         import torch
 
-        context = {"grad": torch.is_grad_enabled(), "threads": torch.get_num_threads(),
-                   "dtype": str(torch.get_default_dtype()).removeprefix("torch.")}
+        context = {"grad": torch.is_grad_enabled(), "dtype": str(torch.get_default_dtype()).removeprefix("torch.")}
         state = torch.get_rng_state().numpy().tobytes()
         if state != self._rng_sent or self.reseeded:
             context["rng"] = encoder.blob(state)

@@ -145,8 +145,6 @@ class Session:
         rng = context.get("rng")
         if type(rng) is int and 0 <= rng < len(blobs):
             torch.set_rng_state(torch.frombuffer(bytearray(blobs[rng]), dtype=torch.uint8).clone())
-        if type(context.get("threads")) is int:
-            torch.set_num_threads(max(1, context["threads"]))
         dtype = wire.dtypes().get(context.get("dtype"))
         if dtype is not None:
             torch.set_default_dtype(dtype)
@@ -190,7 +188,12 @@ def quiet() -> None:
 
 
 def serve(sock, root) -> None:
-    """Answer requests about ``root`` (the learner's object) on ``sock`` until the judge closes it."""
+    """Answer requests about ``root`` (the learner's object) on ``sock`` until the judge closes it, on one thread: a
+    fork's OpenMP threads can hang where its parent had used them (a torch.compile'd kernel), and the checks'
+    tensors are small."""
+    import torch
+
+    torch.set_num_threads(1)
     session = Session(sock, root)
     while True:
         try:
