@@ -18,7 +18,7 @@ code runs, on handles to the learner's objects across a wire that carries plain 
 | ``serve`` | a child of the kernel that answers the judge's requests about one learner object |
 | ``wire`` | every message between the grader's processes, and the plain data that may cross |
 | ``remote`` | the judge's handles to the learner's objects (``Remote``, ``Peer``) |
-| ``judge`` | the process where the checks run, apart from the learner's code |
+| ``judge`` | the process where the checks run, apart from the learner's code, and the runner's handle on it |
 | ``processes`` | stopping a graded notebook's processes |
 | ``review`` | the static flags for the instructor: reaching for the machinery, copies of the answers |
 | ``runner`` | ``grade``, ``grade_notebook``, ``run_attempt``: attempts, timeouts, faults, workers and judges |

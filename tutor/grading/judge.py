@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import secrets
 import socket
+import subprocess
 import sys
 import time
 
-from tutor.grading import wire
+from tutor.grading import processes, wire
 from tutor.grading.grades import Outcome
 
 
@@ -122,6 +124,65 @@ def judge_notebook(kernel: socket.socket, job: dict) -> tuple[list[dict], list[s
                              f"{wire.text(reply.get('error'), 200)}")
     _ask(kernel, {"op": "stop"}, 5.0)
     return outcomes, notes
+
+
+# --------------------------------------------------------------------------------------
+# The runner's end
+
+
+class Judge:
+    """One judge process (``python -m tutor.grading.judge``), used for one notebook at a time."""
+
+    def __init__(self, notebooks=()):
+        self.channel, theirs = socket.socketpair()
+        self.process = subprocess.Popen([sys.executable, "-m", "tutor.grading.judge", "--channel",
+                                         str(theirs.fileno()), "--notebooks", *map(str, sorted(set(notebooks)))],
+                                        pass_fds=[theirs.fileno()],
+                                        env=self._environment(), stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        theirs.close()
+        self.channel.settimeout(180)
+        try:
+            ready = wire.read_frame(self.channel)
+        except (OSError, wire.WireError):
+            ready = None
+        if ready is None or ready[0].get("ready") is not True:
+            self.close()
+            raise RuntimeError("the grader's judge did not start")
+
+    @staticmethod
+    def _environment() -> dict:
+        from tutor import env
+
+        environ = dict(os.environ, **{env.STRICT: "0", env.PROGRESS: "0", env.OFFLINE: "1", "OMP_NUM_THREADS": "1"})
+        environ.pop(env.CHECK_REMOTE, None)
+        return environ
+
+    def check(self, kernel: socket.socket, job: dict, seconds: float) -> tuple[dict[str, Outcome], list[str]]:
+        """The outcomes of ``job``'s exercises (by name) on the kernel at ``kernel``, and notes."""
+        try:
+            self.channel.settimeout(max(1.0, seconds))
+            wire.write_frame(self.channel, job, fds=[kernel.fileno()])
+            frame = wire.read_frame(self.channel)
+        except (OSError, wire.WireError) as error:
+            self.close()
+            return {}, [f"the grader's judge did not finish ({type(error).__name__}); it was started again"]
+        if frame is None:
+            self.close()
+            return {}, ["the grader's judge stopped; it was started again"]
+        reply = frame[0]
+        outcomes = [Outcome.from_data(data) for data in reply.get("outcomes", [])]
+        names = [name for name, _ in job["exercises"]]
+        return dict(zip(names, outcomes)), [str(note) for note in reply.get("notes", [])]
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.channel.close()
+        processes.stop(self.process)
 
 
 def main(argv=None) -> int:

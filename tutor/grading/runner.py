@@ -22,7 +22,6 @@ own). A per-cell timeout, a total timeout per notebook and the sandbox's limits 
 from __future__ import annotations
 
 import contextlib
-import os
 import pathlib
 import queue
 import secrets
@@ -43,6 +42,7 @@ from tutor import env
 from tutor.course import catalog
 from tutor.grading import lock, processes, review, sandbox, wire
 from tutor.grading.grades import ExerciseGrade, NotebookGrade, Options, Outcome, StudentGrade
+from tutor.grading.judge import Judge
 from tutor.grading.plan import PlannedCell, grader_cells, load_template, plan_cells
 from tutor.grading.submissions import find_submissions, match_notebook
 
@@ -52,59 +52,6 @@ HOST_SLACK = 15.0  # seconds the runner waits beyond a cell's own time limit bef
 
 # --------------------------------------------------------------------------------------
 # The judges
-
-
-class Judge:
-    """One judge process (``python -m tutor.grading.judge``), used for one notebook at a time."""
-
-    def __init__(self, notebooks=()):
-        self.channel, theirs = socket.socketpair()
-        self.process = subprocess.Popen([sys.executable, "-m", "tutor.grading.judge", "--channel",
-                                         str(theirs.fileno()), "--notebooks", *map(str, sorted(set(notebooks)))],
-                                        pass_fds=[theirs.fileno()],
-                                        env=self._environment(), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        theirs.close()
-        self.channel.settimeout(180)
-        try:
-            ready = wire.read_frame(self.channel)
-        except (OSError, wire.WireError):
-            ready = None
-        if ready is None or ready[0].get("ready") is not True:
-            self.close()
-            raise RuntimeError("the grader's judge did not start")
-
-    @staticmethod
-    def _environment() -> dict:
-        environ = dict(os.environ, **{env.STRICT: "0", env.PROGRESS: "0", env.OFFLINE: "1", "OMP_NUM_THREADS": "1"})
-        environ.pop(env.CHECK_REMOTE, None)
-        return environ
-
-    def check(self, kernel: socket.socket, job: dict, seconds: float) -> tuple[dict[str, Outcome], list[str]]:
-        """The outcomes of ``job``'s exercises (by name) on the kernel at ``kernel``, and notes."""
-        try:
-            self.channel.settimeout(max(1.0, seconds))
-            wire.write_frame(self.channel, job, fds=[kernel.fileno()])
-            frame = wire.read_frame(self.channel)
-        except (OSError, wire.WireError) as error:
-            self.close()
-            return {}, [f"the grader's judge did not finish ({type(error).__name__}); it was started again"]
-        if frame is None:
-            self.close()
-            return {}, ["the grader's judge stopped; it was started again"]
-        reply = frame[0]
-        outcomes = [Outcome.from_data(data) for data in reply.get("outcomes", [])]
-        names = [name for name, _ in job["exercises"]]
-        return dict(zip(names, outcomes)), [str(note) for note in reply.get("notes", [])]
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.channel.close()
-        processes.stop(self.process)
 
 
 class Workers:

@@ -13,6 +13,7 @@ is trusted by the judge: the judge checks what arrives (``wire.decode``) and com
 from __future__ import annotations
 
 import importlib
+import json
 import operator
 import os
 import sys
@@ -117,7 +118,7 @@ class Session:
             return None, []
         if op in ("call", "setitem", "delitem", "binary"):
             args, kwargs, mutable = self.args(header, blobs)
-            before = [wire.fingerprint(m) for m in mutable]
+            before = [fingerprint(m) for m in mutable]
             if op == "call":
                 result = self.call(target, args, kwargs, header, blobs)
             elif op == "setitem":
@@ -129,7 +130,7 @@ class Session:
             else:
                 function = BINARY[str(header.get("name"))]
                 result = function(target, args[0]) if not header.get("reflected") else function(args[0], target)
-            return result, wire.mutated(mutable, before), mutable
+            return result, mutated(mutable, before), mutable
         if op == "unary":
             return UNARY[str(header.get("name"))](target), []
         if op == "iter":
@@ -165,7 +166,7 @@ class Session:
                 reply["changed"] = [[i, encoder.value(mutable[i])] for i in changed]
         except BaseException as error:  # noqa: BLE001 - whatever the learner's code raised goes to the judge as data
             encoder = wire.Encoder(loose=True)
-            reply = {"raise": wire.error_value(error, learner_line(error), encoder)}
+            reply = {"raise": error_value(error, learner_line(error), encoder)}
         wire.write_frame(self.sock, reply, encoder.blobs)
 
 
@@ -207,3 +208,49 @@ def serve(sock, root) -> None:
             session.answer(header, blobs)
         except (OSError, wire.WireError):
             return
+
+
+# --------------------------------------------------------------------------------------
+# Errors, and what a call changed
+
+
+def error_value(error: BaseException, where: str | None = None, encoder: wire.Encoder | None = None) -> dict:
+    """An exception as plain data: its class's name, module and bases (names only), its message, where in the
+    learner's code it was raised, and, for the course's own exceptions, their attributes (``RanksStopped.results``),
+    encoded by ``encoder`` (whose blobs go with the frame)."""
+    kind = type(error)
+    bases = [f"{c.__module__}.{c.__qualname__}" for c in kind.__mro__]
+    try:
+        message = str(error)
+    except Exception:  # noqa: BLE001 - an exception whose str() fails
+        message = f"<{kind.__name__}>"
+    out = {"type": kind.__name__, "module": kind.__module__, "bases": bases[:20], "message": message[:wire.MAX_TEXT],
+           "where": where}
+    if encoder is not None:  # the arguments, where they are plain data (a KeyError's key)
+        blobs = len(encoder.blobs)
+        try:
+            out["args"] = encoder.value(tuple(error.args)[:8])
+        except (wire.WireError, TypeError):
+            del encoder.blobs[blobs:]
+    if encoder is not None and kind.__module__.startswith("tutor."):
+        attributes = {}
+        for name, value in list(getattr(error, "__dict__", {}).items())[:20]:
+            blobs = len(encoder.blobs)
+            try:
+                attributes[str(name)] = encoder.value(value)
+            except wire.WireError:
+                del encoder.blobs[blobs:]
+        out["attributes"] = attributes
+    return out
+
+
+def mutated(mutable: list, before: list[bytes]) -> list[int]:
+    """The indices of ``mutable`` (see :class:`Encoder`) whose encoding differs from ``before``."""
+    return [i for i, (obj, old) in enumerate(zip(mutable, before)) if fingerprint(obj) != old]
+
+
+def fingerprint(obj) -> bytes:
+    """The bytes of one encoded value, to tell whether a call changed it."""
+    encoder = wire.Encoder(handle=lambda v: {"$": "handle", "id": id(v)}, loose=True)
+    tree = encoder.value(obj)
+    return json.dumps(tree, sort_keys=True).encode() + b"".join(encoder.blobs)
