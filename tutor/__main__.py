@@ -30,13 +30,20 @@ def _add_dirs(parser: argparse.ArgumentParser) -> None:
                         help="the learner notebooks (default: notebooks/ in the repository)")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (and a pointer to ``--help``), not the whole usage."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m tutor",
         description="Tools for the 'Transformers from scratch' notebooks. The solution notebooks in "
                     "solutions/ are the source of truth; the learner notebooks in notebooks/ are built from them.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = commands.add_parser(
         "build", help="build notebooks/ from solutions/",
@@ -87,21 +94,37 @@ def make_parser() -> argparse.ArgumentParser:
                    help="address-space cap of each kernel in MiB (default 4096; 0: none)")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="notebooks graded in parallel (default 1)")
     p.add_argument("--points", metavar="TOML", help="a TOML file with a [points] table: exercise = points")
-    p.add_argument("--assignment", nargs="+", metavar="NB",
-                   help="notebook numbers every student must submit (a missing one scores 0); "
+    p.add_argument("--assignment", nargs="+", metavar="NB", type=notebook_number,
+                   help="the notebooks every student must submit (a missing one scores 0, another is not graded); "
                         "default: those found")
     p.add_argument("--solutions", metavar="DIR", default=None,
                    help="the solution notebooks the grader reads exercises and points from "
                         "(default: solutions/ in the repository)")
-    p.add_argument("--only", nargs="+", metavar="NB", type=int,
+    p.add_argument("--only", nargs="+", metavar="NB", type=notebook_number,
                    help="grade only these notebooks; with an earlier batch's grades.json in --out, the new "
                         "grades replace those notebooks there and the rest is kept")
     p.add_argument("--exercise", nargs="+", metavar="NAME", dest="exercises",
-                   help="grade only these exercises (names as in `python -m tutor catalog` or points.toml), "
-                        "merged into an earlier batch's grades.json in --out like --only")
+                   help="grade only these exercises (a check's name as in `python -m tutor catalog`, or the "
+                        "gradebook's label: 03.2), merged into an earlier batch's grades.json in --out like --only")
     p.add_argument("--overrides", metavar="TOML",
                    help="manual adjustments: a table per student, exercise = points or {points = P, reason = "
                         "\"...\"}; kept in grades.json and applied again by later runs until replaced")
+    p.add_argument("--roster", metavar="CSV",
+                   help="the class: a CSV with an id column (and name, email); each submission is matched to a "
+                        "row, the reports use the ids, unknown and missing students are listed")
+    p.add_argument("--metadata", metavar="JSON", default=None,
+                   help="Gradescope's submission_metadata.json (default: /autograder/submission_metadata.json when "
+                        "it exists): the student's name and the lateness")
+    p.add_argument("--late-policy", metavar="TOML",
+                   help="a [late] table: penalty_per_day (a fraction of the score), grace_hours, max_days")
+    p.add_argument("--show-review", action="store_true",
+                   help="show the review flags to the students too (default: the instructor's reports only)")
+    p.add_argument("--max-notebook-mb", type=float, default=32, metavar="MB",
+                   help="a notebook larger than this is not graded (default 32)")
+    p.add_argument("--max-archive-mb", type=float, default=256, metavar="MB",
+                   help="a zip's notebooks, extracted, at most (default 256)")
+    p.add_argument("--max-archive-files", type=int, default=2000, metavar="N",
+                   help="files in a zip at most (default 2000)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = commands.add_parser(
@@ -162,10 +185,52 @@ def catalog_table() -> str:
     return "\n".join(lines)
 
 
+def notebook_number(text: str) -> int:
+    """``3``, ``03``, ``03_masking`` or ``03_masking.ipynb``: a notebook of the course, for argparse."""
+    entry = next((nb for nb in catalog.NOTEBOOKS if text.strip() in (str(nb.number), f"{nb.number:02d}", nb.slug,
+                                                                      nb.filename)), None)
+    if entry is None:
+        raise argparse.ArgumentTypeError(f"no notebook {text!r} (the course has {catalog.NOTEBOOKS[0].number:02d} to "
+                                         f"{catalog.NOTEBOOKS[-1].number:02d}: see `python -m tutor catalog`)")
+    return entry.number
+
+
+def _exercises(names) -> list[str] | None:
+    """The check names of ``names`` (a check's name, or a gradebook label such as 03.2); ValueError otherwise."""
+    if not names:
+        return None
+    out = []
+    for name in names:
+        exercise = catalog.resolve(name)
+        if exercise is None:
+            same = [e for e in catalog.EXERCISES if e.learner_name == name]
+            hint = (" (it is the name learners write for " + " and ".join(
+                f"{e.notebook:02d}.{catalog.exercises(e.notebook).index(e) + 1} (check {e.name})" for e in same)
+                + ")") if same else ""
+            raise ValueError(f"--exercise: no exercise is called {name}{hint}; see `python -m tutor catalog`")
+        out.append(exercise.name)
+    return out
+
+
+def _grading_inputs(args, options):
+    """The roster, Gradescope's metadata and the late policy the arguments name (ValueError when one is wrong)."""
+    from tutor.grading import roster
+
+    people = roster.load_roster(args.roster) if args.roster else None
+    metadata_path = args.metadata or ("/autograder/submission_metadata.json"
+                                      if pathlib.Path("/autograder/submission_metadata.json").exists() else None)
+    metadata = roster.gradescope(metadata_path) if metadata_path else None
+    late = roster.load_late_policy(args.late_policy) if args.late_policy else None
+    if metadata is not None and len(args.submissions) > 1:
+        raise ValueError("--metadata is Gradescope's for one submission: give one SUBMISSION with it")
+    return people, metadata, late
+
+
 def cmd_grade(args) -> int:
     try:
         overrides = points.load_overrides(args.points) if args.points else {}
         adjustments = grading.load_overrides(args.overrides) if args.overrides else None
+        exercises = _exercises(args.exercises)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -176,13 +241,16 @@ def cmd_grade(args) -> int:
     if missing:  # a typo: grading it would write a silent 0 / 0
         print(f"error: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    unknown = [name for name in args.exercises or () if name not in catalog.BY_NAME]
-    if unknown:
-        print(f"error: no exercise is called {', '.join(unknown)} (see `python -m tutor catalog`)", file=sys.stderr)
-        return 2
     options = grading.Options(cell_timeout=args.timeout, total_timeout=args.total_timeout, memory_mb=args.memory,
                               workers=args.workers, points=overrides,
-                              solutions_dir=pathlib.Path(args.solutions) if args.solutions else None)
+                              solutions_dir=pathlib.Path(args.solutions) if args.solutions else None,
+                              max_notebook_mb=args.max_notebook_mb, max_archive_mb=args.max_archive_mb,
+                              max_archive_files=args.max_archive_files, show_review=args.show_review)
+    try:
+        people, metadata, late = _grading_inputs(args, options)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     kept = pathlib.Path(args.out) / "grades.json"
     previous, stored = [], {}
     if kept.exists():
@@ -197,11 +265,27 @@ def cmd_grade(args) -> int:
             print(f"error: {kept} holds no batch to adjust: grade the submissions first", file=sys.stderr)
             return 2
         students = previous
+        names = [s.student for s in previous]
     else:
-        assignment = [int(n) for n in args.assignment] if args.assignment else None
-        students = grading.grade(args.submissions, options, assignment=assignment, progress=not args.no_progress,
-                                 only=args.only, exercises=args.exercises)
-    if args.submissions and (args.only or args.exercises):
+        names = grading.students_in(args.submissions, options, people, metadata)
+    if adjustments:
+        def worth(name):
+            exercise = catalog.BY_NAME[name]
+            return points.points_for(exercise.notebook, overrides, options.solutions_dir)[name]
+
+        problems = grading.check_overrides(adjustments, names, worth)
+        if problems:
+            print(f"error: {args.overrides}: " + "; ".join(problems), file=sys.stderr)
+            return 2
+    if args.submissions:
+        students = grading.grade(args.submissions, options, assignment=args.assignment, progress=not args.no_progress,
+                                 only=args.only, exercises=exercises, roster=people, metadata=metadata, late=late)
+        if (args.only or exercises) and not any(nb.submitted for s in students for nb in s.notebooks):
+            asked = sorted(set(args.only or ()) | {catalog.BY_NAME[n].notebook for n in exercises or ()})
+            print(f"error: no submission holds notebook {', '.join(f'{n:02d}' for n in asked)}: nothing graded, "
+                  "nothing written", file=sys.stderr)
+            return 2
+    if args.submissions and (args.only or exercises):
         students = grading.merge(previous, students)
         if previous:
             print(f"merged into the batch of {kept} ({len(students)} students)")
@@ -209,7 +293,8 @@ def cmd_grade(args) -> int:
     for line in grading.apply_overrides(students, adjustments):
         print(f"warning: the override for {line} matches no graded exercise", file=sys.stderr)
     written = grading.write_outputs(students, args.out, tuple(args.formats or ["gradescope"]), adjustments,
-                                    confinement=grading.confinement_report() if args.submissions else None)
+                                    confinement=grading.confinement_report() if args.submissions else None,
+                                    show_review=args.show_review)
     print(grading.summary_table(students))
     print(f"wrote {len(written)} files to {args.out}")
     return 0

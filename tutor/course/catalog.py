@@ -8,6 +8,7 @@ Pure data: nothing here reads a file or imports the rest of ``tutor``. An exerci
 (its difficulty, read from its solution notebook) are ``tutor.course.points.of(name)``.
 """
 
+import re
 from dataclasses import dataclass
 
 
@@ -165,6 +166,24 @@ BY_NAME = {e.name: e for e in EXERCISES}
 def notebook(number: int) -> Notebook:
     """The notebook numbered ``number``."""
     return next(n for n in NOTEBOOKS if n.number == number)
+
+
+def resolve(name: str) -> Exercise | None:
+    """The exercise ``name`` names: its check's name (``masked_attention``), its gradebook label (``03.2``, or
+    ``03.2 scaled_dot_product_attention``), or the name the learner writes when no other exercise is called so
+    (``scaled_dot_product_attention`` is notebook 02's exercise; notebook 03's is ``masked_attention`` or 03.2)."""
+    name = str(name).strip()
+    if name in BY_NAME:
+        return BY_NAME[name]
+    label = re.fullmatch(r"(\d{1,2})\.(\d{1,2})(?:\s+(\w+))?", name)
+    if label:
+        found = [e for e in EXERCISES if e.notebook == int(label.group(1))]
+        k = int(label.group(2))
+        if 1 <= k <= len(found) and label.group(3) in (None, found[k - 1].learner_name, found[k - 1].name):
+            return found[k - 1]
+        return None
+    by_learner = [e for e in EXERCISES if e.learner_name == name]
+    return by_learner[0] if len(by_learner) == 1 else None
 
 
 def exercises(number: int) -> list[Exercise]:

@@ -113,15 +113,15 @@ def load_overrides(path) -> dict[str, float]:
     table = data.get("points", data)
     if not isinstance(table, dict):
         raise ValueError(f"{path}: expected a [points] table of exercise = points")
-    unknown = sorted(set(table) - set(catalog.BY_NAME))
+    unknown = sorted(name for name in table if catalog.resolve(name) is None)
     if unknown:
         raise ValueError(f"{path}: no exercise is called {', '.join(unknown)} "
-                         f"(see `python -m tutor catalog`)")
+                         f"(see `python -m tutor catalog`: a check's name, or a label such as 03.2)")
     out = {}
     for name, value in table.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{path}: points for {name} must be a number >= 0, got {value!r}")
-        out[name] = float(value) if isinstance(value, float) else value
+        out[catalog.resolve(name).name] = float(value) if isinstance(value, float) else value
     return out
 
 

@@ -9,7 +9,9 @@ code runs, on handles to the learner's objects across a wire that carries plain 
 | module | what is in it |
 |---|---|
 | ``grades`` | ``Options``, ``Outcome`` and the results (``StudentGrade`` ...); ``grades.json``, merges, overrides |
-| ``submissions`` | ``find_submissions``, ``match_notebook``: which files are whose, zips extracted safely |
+| ``submissions`` | ``find_submissions``, ``choose``: which files are whose and which is graded; safe zips |
+| ``roster`` | the class roster, Gradescope's submission metadata, the late policy |
+| ``intake`` | ``take``: the batch's students and the notebook of each that is graded |
 | ``plan`` | ``plan_cells``, ``context_source``, ``Template``: which cells run, and the grader's preamble |
 | ``lock`` | the package a graded kernel sees: the course's, without the model answers being graded |
 | ``sandbox`` | the confinement of the learner's side (bubblewrap, else ``unshare``), and what held |
@@ -34,11 +36,11 @@ import importlib
 # which import tutor.grading.host, serve and wire, do not import the runner's machinery.
 _PUBLIC = {
     "grades": ["Options", "Outcome", "ExerciseGrade", "NotebookGrade", "StudentGrade", "save", "load", "merge",
-               "load_overrides", "apply_overrides"],
+               "load_overrides", "apply_overrides", "check_overrides"],
     "plan": ["Template", "context_source", "load_template", "plan_cells"],
     "reports": ["feedback_html", "feedback_markdown", "gradescope_results", "otter_results"],
-    "runner": ["grade", "grade_notebook", "run_attempt", "confinement_report"],
-    "submissions": ["find_submissions", "match_notebook"],
+    "runner": ["grade", "grade_notebook", "run_attempt", "confinement_report", "students_in"],
+    "submissions": ["find_submissions", "match_notebook", "Limits"],
     "summary": ["class_markdown", "gradebook_rows", "summary_table", "write_gradebook", "write_outputs"],
 }
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}

@@ -34,6 +34,10 @@ class Options:
     solutions_dir: pathlib.Path | None = None
     kernel_name: str = "python3"
     max_attempts: int = 8
+    max_notebook_mb: float = 32  # a notebook over this is not graded (the largest solution is 0.7 MB)
+    max_archive_mb: float = 256  # a zip's notebooks, extracted, at most
+    max_archive_files: int = 2000  # files in a zip, at most
+    show_review: bool = False  # the review flags in the students' own feedback and results (else instructor only)
 
 
 STATUSES = ("passed", "failed", "not done", "missing", "error")
@@ -73,8 +77,12 @@ class Outcome:
             return cls.error("not graded: the grader's judge sent no valid result")
         details = data.get("details") if isinstance(data.get("details"), list) else []
         seconds = data.get("seconds") if isinstance(data.get("seconds"), (int, float)) else 0.0
-        return cls(data["status"], str(data.get("summary", ""))[:2000], [str(d)[:2000] for d in details[:40]],
-                   str(data.get("model_answer") or "")[:2000], float(seconds))
+
+        def text(value):  # cut, and valid UTF-8 (a lone surrogate from JSON becomes U+FFFD)
+            return str(value)[:2000].encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+        return cls(data["status"], text(data.get("summary", "")), [text(d) for d in details[:40]],
+                   text(data.get("model_answer") or ""), float(seconds))
 
 
 @dataclass
@@ -143,10 +151,17 @@ class StudentGrade:
     source: str
     notebooks: list[NotebookGrade] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    roster: str = ""  # with a roster: "" (matched), "unknown" (on no row) or "missing" (a row, no submission)
+    late: dict | None = None  # {"hours": 30.5, "factor": 0.8}: Gradescope's lateness and the late policy's factor
+
+    @property
+    def earned(self) -> float:
+        """The points of the notebooks, before lateness."""
+        return sum(n.score for n in self.notebooks)
 
     @property
     def score(self) -> float:
-        return sum(n.score for n in self.notebooks)
+        return self.earned * (self.late["factor"] if self.late else 1.0)
 
     @property
     def max_score(self) -> float:
@@ -169,7 +184,8 @@ class StudentGrade:
 def save(students: list[StudentGrade], path, overrides: dict | None = None) -> None:
     """Write the batch (and the overrides applied to it) to ``path`` as JSON."""
     data = {"format": FORMAT, "students": [dataclasses.asdict(s) for s in students], "overrides": overrides or {}}
-    pathlib.Path(path).write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    text = json.dumps(data, indent=1, ensure_ascii=False)
+    pathlib.Path(path).write_text(text.encode("utf-8", "surrogatepass").decode("utf-8", "replace"), encoding="utf-8")
 
 
 def load(path) -> tuple[list[StudentGrade], dict]:
@@ -240,14 +256,31 @@ def load_overrides(path) -> dict:
         if not isinstance(table, dict):
             raise ValueError(f"{path}: [{student}] must be a table of exercise = points")
         for name, value in table.items():
-            if name not in catalog.BY_NAME:
-                raise ValueError(f"{path}: [{student}] no exercise is called {name} (see `python -m tutor catalog`)")
+            exercise = catalog.resolve(name)
+            if exercise is None:
+                raise ValueError(f"{path}: [{student}] no exercise is called {name} (see `python -m tutor catalog`: "
+                                 "a check's name, or a label such as 03.2)")
             entry = value if isinstance(value, dict) else {"points": value}
             points, reason = entry.get("points"), str(entry.get("reason", ""))
             if isinstance(points, bool) or not isinstance(points, (int, float)) or points < 0:
                 raise ValueError(f"{path}: [{student}] {name}: points must be a number >= 0, got {points!r}")
-            out.setdefault(student, {})[name] = {"points": points, "reason": reason}
+            out.setdefault(student, {})[exercise.name] = {"points": points, "reason": reason}
     return out
+
+
+def check_overrides(overrides: dict, students, max_points) -> list[str]:
+    """What is wrong with ``overrides`` for a batch of ``students`` (names): a student not in it, points above an
+    exercise's maximum (``max_points(name)``). Each a line; none: fine."""
+    problems = []
+    names = set(students)
+    for student, table in overrides.items():
+        if student not in names:
+            problems.append(f"[{student}] is not a student of this batch")
+        for name, entry in table.items():
+            most = max_points(name)
+            if entry["points"] > most:
+                problems.append(f"[{student}] {name}: {entry['points']:g} points, but the exercise is worth {most:g}")
+    return problems
 
 
 def apply_overrides(students: list[StudentGrade], overrides: dict) -> list[str]:

@@ -3,16 +3,44 @@ feedback (Markdown, and the same Markdown rendered to HTML by markdown-it).
 
 The feedback speaks to the learner about the notebook they handed in: each exercise by the title it has
 in the notebook, its points, the check's full message (what differs, the case, the likely cause), what
-earned nothing and why, an instructor's adjustments, and what was flagged for review. A notebook that was
-not handed in is said once. ``tutor.grading.summary`` writes what concerns the whole class.
+earned nothing and why, an instructor's adjustments, lateness, and (with ``show_review``) what was flagged for
+review. A notebook that was not handed in is said once. ``tutor.grading.summary`` writes what concerns the whole
+class.
+
+A check's message can hold the learner's own text (an exception's message, a class's name): every such string goes
+through :func:`md` before it is Markdown, so that it shows as text, never as a heading, a link or a picture, and is
+cut to :data:`MAX_TEXT` characters.
 """
 
 from __future__ import annotations
 
 import html
+import re
 
 from tutor.course import catalog
 from tutor.grading.grades import ExerciseGrade, NotebookGrade, StudentGrade
+
+MAX_TEXT = 2000
+_ACTIVE = re.compile(r"([\\\[\]()!<>#*_|~])")  # what makes Markdown (CommonMark) of plain text
+
+
+def md(text, limit: int = MAX_TEXT) -> str:
+    """``text`` as Markdown that shows it as it is: one line, cut to ``limit``, every active character escaped
+    outside its `code spans` (which show as code)."""
+    text = str(text).replace("\r", " ").replace("\n", " ")
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: no code span, escape them all
+        return _ACTIVE.sub(r"\\\1", text).replace("`", "\\`")
+    return "`".join(_ACTIVE.sub(r"\\\1", p) if i % 2 == 0 else p for i, p in enumerate(parts))
+
+
+def fence(lines: list[str]) -> list[str]:
+    """``lines`` as a code block whose fence no line can close (longer than any run of backticks in them)."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    mark = "`" * max(3, longest + 1)
+    return ["", mark, *(line[:MAX_TEXT] for line in lines), mark, ""]
 
 
 def score(x: float):
@@ -39,17 +67,29 @@ def adjustment(e: ExerciseGrade) -> str | None:
             + (f": {reason}" if reason else ""))
 
 
-def exercise_lines(e: ExerciseGrade) -> list[str]:
-    """The exercise's result as plain lines: the summary, the check's details, the adjustment, review flags."""
-    lines = [f"{e.icon} {plain(e.title) or e.name}: {e.summary}"] + [f"   {d}" for d in e.details]
+def exercise_lines(e: ExerciseGrade, show_review: bool = False) -> list[str]:
+    """The exercise's result as plain lines: the summary, the check's details, the adjustment, and (with
+    ``show_review``) the review flags."""
+    lines = [f"{e.icon} {plain(e.title) or e.name}: {e.summary[:MAX_TEXT]}"] + [f"   {d[:MAX_TEXT]}" for d in e.details]
     if adjustment(e):
         lines.append(f"   {adjustment(e)}")
-    lines += [f"   🔍 review: {r}" for r in e.review]
+    if show_review:
+        lines += [f"   🔍 review: {r}" for r in e.review]
     return lines
 
 
-def gradescope_results(student: StudentGrade) -> dict:
-    """Gradescope's autograder results.json: score, and one test per exercise."""
+def lateness(student: StudentGrade) -> str | None:
+    """"submitted 30.5 hours late: the score is multiplied by 0.8" for a late submission."""
+    if not student.late:
+        return None
+    factor = student.late["factor"]
+    return (f"submitted {student.late['hours']:g} hours late" + (
+        f": the score is multiplied by {factor:g} ({score(student.earned)} before)" if factor != 1 else ""))
+
+
+def gradescope_results(student: StudentGrade, show_review: bool = False) -> dict:
+    """Gradescope's autograder results.json: score, and one test per exercise (the review flags only with
+    ``show_review``: they are for the instructor)."""
     tests = []
     for nb in student.notebooks:
         if not nb.submitted:
@@ -63,11 +103,14 @@ def gradescope_results(student: StudentGrade) -> dict:
                 "score": score(e.points),
                 "max_score": score(e.max_points),
                 "status": "passed" if e.status == "passed" else "failed",
-                "output": "\n".join(exercise_lines(e)),
+                "output": "\n".join(exercise_lines(e, show_review)),
                 "visibility": "visible",
             })
     notes = [f"{nb.slug}: {note}" for nb in student.notebooks for note in nb.notes] + student.notes
-    notes += [f"{nb.slug}: 🔍 review: {r}" for nb in student.notebooks for r in nb.review]
+    if lateness(student):
+        notes.insert(0, lateness(student))
+    if show_review:
+        notes += [f"{nb.slug}: 🔍 review: {r}" for nb in student.notebooks for r in nb.review]
     return {
         "score": score(student.score),
         "output": f"{score(student.score)} / {score(student.max_score)} points" + "".join(f"\n{n}" for n in notes),
@@ -77,7 +120,7 @@ def gradescope_results(student: StudentGrade) -> dict:
     }
 
 
-def otter_results(student: StudentGrade) -> dict:
+def otter_results(student: StudentGrade, show_review: bool = False) -> dict:
     """Otter-grader's results: one entry per question (exercise), like ``GradingResults.to_dict()``."""
     out = {}
     for nb in student.notebooks:
@@ -85,7 +128,7 @@ def otter_results(student: StudentGrade) -> dict:
             case = {"name": f"{e.name} check", "body": f"checks.{e.name}({catalog.BY_NAME[e.name].learner_name})",
                     "hidden": False, "points": score(e.max_points),
                     "success_message": None, "failure_message": None}
-            message = "\n".join(exercise_lines(e)) if nb.submitted else "not submitted"
+            message = "\n".join(exercise_lines(e, show_review)) if nb.submitted else "not submitted"
             out[e.name] = {
                 "name": e.name,
                 "path": nb.slug + ".ipynb",
@@ -104,12 +147,13 @@ def otter_results(student: StudentGrade) -> dict:
 
 
 def message_markdown(lines: list[str]) -> list[str]:
-    """A check's detail lines as Markdown: prose lines as a list, indented ones (tensors, tables) as code."""
+    """A check's detail lines as Markdown: prose lines as a list (escaped: :func:`md`), indented ones (tensors,
+    tables) as code."""
     out, block = [], []
 
     def flush():
         if block:
-            out.extend(["", "```", *block, "```", ""])
+            out.extend(fence(block))
             block.clear()
 
     for line in lines:
@@ -117,44 +161,46 @@ def message_markdown(lines: list[str]) -> list[str]:
             block.append(line)
         else:
             flush()
-            out.append(f"- {line}")
+            out.append(f"- {md(line)}")
     flush()
     return out
 
 
-def _notebook_markdown(nb: NotebookGrade) -> list[str]:
+def _notebook_markdown(nb: NotebookGrade, show_review: bool) -> list[str]:
     entry = catalog.notebook(nb.number)
     lines = ["", f"## {nb.number:02d} — {entry.title}: {score(nb.score)} / {score(nb.max_score)}", ""]
     if not nb.submitted:
         return lines + [f"`{entry.filename}` was not submitted.", ""]
-    lines += [f"- {note}" for note in nb.notes]
+    lines += [f"- {md(note)}" for note in nb.notes]
     lines += ["", "| exercise | points | result |", "|---|---|---|"]
     for e in nb.exercises:
-        summary = e.summary.replace("|", "\\|")
-        lines.append(f"| {e.title or e.name} | {points_text(e)} | {e.icon} {summary} |")
+        lines.append(f"| {e.title or e.name} | {points_text(e)} | {e.icon} {md(e.summary, 300)} |")
     for e in nb.exercises:
-        if e.status == "passed" and not e.override and not e.review:
+        review = e.review if show_review else []
+        if e.status == "passed" and not e.override and not review:
             continue
-        lines += ["", f"### {e.icon} {e.title or e.name}", "", e.summary, ""]
+        lines += ["", f"### {e.icon} {e.title or e.name}", "", md(e.summary), ""]
         lines += message_markdown(e.details)
         if adjustment(e):
-            lines += ["", f"**{adjustment(e).capitalize()}**"]
-        lines += [f"- 🔍 **For review:** {r}" for r in e.review]
-    if nb.review:
+            lines += ["", f"**{md(adjustment(e).capitalize())}**"]
+        lines += [f"- 🔍 **For review:** {md(r)}" for r in review]
+    if nb.review and show_review:
         lines += ["", "### 🔍 For review", "",
-                  "Lines of your code that could reach the grader (your score does not change; your instructor "
-                  "will look at them):", ""]
-        lines += [f"- {r}" for r in nb.review]
+                  "Lines of your code that reach for the machinery of a process (your score does not change; your "
+                  "instructor will look at them):", ""]
+        lines += [f"- {md(r)}" for r in nb.review]
     return lines
 
 
-def feedback_markdown(student: StudentGrade) -> str:
+def feedback_markdown(student: StudentGrade, show_review: bool = False) -> str:
     """A report for the learner: the score, then every notebook's exercises with the checks' messages."""
-    lines = [f"# Feedback for {student.student}", "",
+    lines = [f"# Feedback for {md(student.student, 200)}", "",
              f"**Score: {score(student.score)} / {score(student.max_score)} points**", ""]
-    lines += [f"- {note}" for note in student.notes]
+    if lateness(student):
+        lines += [f"- {md(lateness(student))}"]
+    lines += [f"- {md(note)}" for note in student.notes]
     for nb in student.notebooks:
-        lines += _notebook_markdown(nb)
+        lines += _notebook_markdown(nb, show_review)
     return "\n".join(lines) + "\n"
 
 
@@ -172,6 +218,6 @@ def render(markdown: str, title: str) -> str:
             f"<style>{STYLE}</style>\n{body}")
 
 
-def feedback_html(student: StudentGrade) -> str:
+def feedback_html(student: StudentGrade, show_review: bool = False) -> str:
     """:func:`feedback_markdown`, rendered."""
-    return render(feedback_markdown(student), f"Feedback: {student.student}")
+    return render(feedback_markdown(student, show_review), f"Feedback: {student.student[:200]}")

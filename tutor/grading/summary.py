@@ -9,6 +9,7 @@ names its likely cause, and students who made the same mistake are counted toget
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import pathlib
 import re
@@ -17,9 +18,28 @@ from collections import Counter
 from tutor.course import catalog
 from tutor.grading import grades, reports
 from tutor.grading.grades import ExerciseGrade, StudentGrade
-from tutor.grading.reports import score
+from tutor.grading.reports import md, score
+from tutor.grading.submissions import clean
 
-CASE = re.compile(r"\s*\(case: .*\)$")
+FORMULA = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run at the start of a cell (OWASP)
+# The files the grader writes, by format; on every run those of the formats not asked for are removed.
+OUTPUTS = {"gradescope": ["results.json"], "otter": ["otter_results.json"], "csv": ["gradebook.csv"]}
+
+
+def without_case(summary: str) -> str:
+    """A check's summary without its "(case: ...)" label (string operations: no regex to backtrack on the
+    learner's text)."""
+    at = summary.rfind("(case: ")
+    if at < 0 or not summary.endswith(")"):
+        return summary
+    return summary[:at].rstrip()
+
+
+def cell(value):
+    """A gradebook cell a spreadsheet shows as text: one that starts with = + - @ (a formula) gets a ' first."""
+    if isinstance(value, str) and value.startswith(FORMULA):
+        return "'" + value
+    return value
 
 
 def columns(students: list[StudentGrade]) -> list[tuple[int, str, str]]:
@@ -36,6 +56,10 @@ def columns(students: list[StudentGrade]) -> list[tuple[int, str, str]]:
 def student_notes(s: StudentGrade) -> list[str]:
     """Everything the gradebook's notes column says about a student: notes, model answers, adjustments, flags."""
     notes = list(s.notes)
+    if reports.lateness(s):
+        notes.insert(0, reports.lateness(s))
+    if s.roster:
+        notes.insert(0, {"unknown": "not on the roster", "missing": "on the roster: nothing handed in"}[s.roster])
     for nb in s.notebooks:
         if not nb.submitted:
             notes.append(f"{nb.number:02d}: not submitted")
@@ -59,8 +83,9 @@ def gradebook_rows(students: list[StudentGrade]) -> tuple[list[str], list[list]]
     rows = []
     for s in students:
         by = {(e.notebook, e.name): score(e.points) for e in s.exercises}
-        rows.append([s.student, score(s.score), score(s.max_score)] + [by.get((nb, name), "") for nb, name, _ in cols]
-                    + ["yes" if s.flagged else "", "; ".join(student_notes(s))])
+        rows.append([cell(s.student), score(s.score), score(s.max_score)]
+                    + [by.get((nb, name), "") for nb, name, _ in cols]
+                    + ["yes" if s.flagged else "", cell("; ".join(student_notes(s))[:5000])])
     return header, rows
 
 
@@ -81,7 +106,7 @@ def mistake(e: ExerciseGrade) -> str:
     cause = next((d for d in e.details if d.startswith("Likely cause: ")), None)
     if cause:
         return cause[len("Likely cause: "):]
-    return CASE.sub("", e.summary)
+    return without_case(e.summary)
 
 
 def class_markdown(students: list[StudentGrade], top: int = 3) -> str:
@@ -120,25 +145,30 @@ def class_markdown(students: list[StudentGrade], top: int = 3) -> str:
             continue
         lines += [f"### {label}: {passed} of {len(results)} passed", ""]
         for key, names in sorted(who.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:top]:
-            shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-            lines.append(f"- **{len(names)} of {len(results)}** ({shown}): {key}")
+            shown = ", ".join(md(n, 100) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8
+                                                                 else "")
+            lines.append(f"- **{len(names)} of {len(results)}** ({shown}): {md(key, 500)}")
         if len(who) > top:
             lines.append(f"- and {len(who) - top} other mistake{'s' * (len(who) - top != 1)}")
         lines.append("")
-    sections = [("Earned nothing: the model answer",
+    sections = [("Not on the roster (graded: check their names)",
+                 [f"{s.student} ({s.source})" for s in students if s.roster == "unknown"]),
+                ("On the roster, nothing handed in", [s.student for s in students if s.roster == "missing"]),
+                ("Earned nothing: the model answer",
                  [f"{s.student}: {e.label}: {e.model_answer}"
                   for s in students for e in s.exercises if e.model_answer]),
+                ("Late", [f"{s.student}: {reports.lateness(s)}" for s in students if s.late]),
                 ("For review",
                  [f"{s.student}: {e.label}: {r}" for s in students for e in s.exercises for r in e.review]
-                 + [f"{s.student}: {nb.number:02d}: {len(nb.review)} line{'s' * (len(nb.review) != 1)} that could "
-                    f"reach the grader ({_first_reasons(nb.review)}); see {s.student}'s feedback"
+                 + [f"{s.student}: {nb.number:02d}: {len(nb.review)} line{'s' * (len(nb.review) != 1)} that reach "
+                    f"for the machinery of a process ({_first_reasons(nb.review)}); see gradebook.csv's notes"
                     for s in students for nb in s.notebooks if nb.review]),
                 ("Adjusted by hand",
                  [f"{s.student}: {e.label}: {reports.adjustment(e)}" for s in students for e in s.exercises
                   if e.override])]
     for title, items in sections:
         if items:
-            lines += [f"## {title}", ""] + [f"- {item}" for item in items] + [""]
+            lines += [f"## {title}", ""] + [f"- {md(item, 600)}" for item in items] + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -163,33 +193,54 @@ def summary_table(students: list[StudentGrade]) -> str:
 
 
 def _safe_name(name: str) -> str:
-    return re.sub(r"[^\w.\-]+", "_", name).strip("._") or "student"
+    return re.sub(r"[^\w.\-]+", "_", name).strip("._")[:80] or "student"
+
+
+def folders(students: list[StudentGrade]) -> dict[int, str]:
+    """A folder name for each student (by ``id``): safe on every file system, and never one student's for another:
+    a name that had to change (``bob!``) or that two students share keeps a piece of the original's hash."""
+    out, used = {}, set()
+    for s in students:
+        name = _safe_name(s.student)
+        if name != s.student or name.lower() in used:
+            name = f"{name}-{hashlib.sha1(s.student.encode('utf-8', 'replace')).hexdigest()[:6]}"
+        while name.lower() in used:
+            name += "_"
+        used.add(name.lower())
+        out[id(s)] = name
+    return out
 
 
 def write_outputs(students: list[StudentGrade], out, formats=("gradescope",), overrides=None,
-                  confinement: str | None = None) -> list[pathlib.Path]:
+                  confinement: str | None = None, show_review: bool = False) -> list[pathlib.Path]:
     """Write results into ``out``: with one submission directly there (Gradescope's layout), else one folder
-    per student, ``gradebook.csv`` and the class summary (ending with ``confinement``, the grader's report of
-    which protections held: ``tutor.grading.sandbox``); always ``grades.json`` (the batch, for a later partial
-    regrade). Returns the files written."""
+    per student (:func:`folders`), ``gradebook.csv`` and the class summary (ending with ``confinement``, the
+    grader's report of which protections held: ``tutor.grading.sandbox``); always ``grades.json`` (the batch, for a
+    later partial regrade). The files of a format not asked for this time are removed, so that none is stale. The
+    review flags are in the instructor's files; in the students' own only with ``show_review``. Returns the files
+    written."""
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
 
     def write(path, text):
-        path.write_text(text, encoding="utf-8")
+        path.write_text(clean(text), encoding="utf-8")
         written.append(path)
 
     single = len(students) == 1
+    names = folders(students)
     for s in students:
-        folder = out if single else out / _safe_name(s.student)
+        folder = out if single else out / names[id(s)]
         folder.mkdir(parents=True, exist_ok=True)
         if "gradescope" in formats:
-            write(folder / "results.json", json.dumps(reports.gradescope_results(s), indent=2, ensure_ascii=False))
+            write(folder / "results.json", json.dumps(reports.gradescope_results(s, show_review), indent=2,
+                                                      ensure_ascii=False))
         if "otter" in formats:
-            write(folder / "otter_results.json", json.dumps(reports.otter_results(s), indent=2, ensure_ascii=False))
-        write(folder / "feedback.md", reports.feedback_markdown(s))
-        write(folder / "feedback.html", reports.feedback_html(s))
+            write(folder / "otter_results.json", json.dumps(reports.otter_results(s, show_review), indent=2,
+                                                            ensure_ascii=False))
+        write(folder / "feedback.md", reports.feedback_markdown(s, show_review))
+        write(folder / "feedback.html", reports.feedback_html(s, show_review))
+        _remove_stale(folder, formats, keep=written)
     if "csv" in formats or not single:
         write_gradebook(students, out / "gradebook.csv")
         written.append(out / "gradebook.csv")
@@ -199,9 +250,21 @@ def write_outputs(students: list[StudentGrade], out, formats=("gradescope",), ov
             summary += "\n## How the notebooks were confined\n\n" + confinement.split("\n", 1)[-1] + "\n"
         write(out / "class.md", summary)
         write(out / "class.html", reports.render(summary, "Class summary"))
+    _remove_stale(out, formats, keep=written)
+    for name in ("class.md", "class.html") if single else ():
+        (out / name).unlink(missing_ok=True)  # a summary of another batch
     grades.save(students, out / "grades.json", overrides)
     written.append(out / "grades.json")
     return written
+
+
+def _remove_stale(folder: pathlib.Path, formats, keep) -> None:
+    """Remove the grader's files of the formats not asked for this time from ``folder``."""
+    for fmt, names in OUTPUTS.items():
+        for name in names:
+            path = folder / name
+            if path not in keep and fmt not in formats and path.exists():
+                path.unlink()
 
 
 __all__ = ["columns", "gradebook_rows", "write_gradebook", "class_markdown", "summary_table", "write_outputs",

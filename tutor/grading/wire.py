@@ -108,8 +108,9 @@ def read_frame(sock: socket.socket, *, fds: int = 0) -> tuple[dict, list[bytes],
 
 
 def text(value, limit: int = MAX_TEXT) -> str:
-    """A string from the other side, kept short: anything else becomes ``""``."""
-    return value[:limit] if type(value) is str else ""
+    """A string from the other side, kept short and valid UTF-8 (a lone surrogate becomes U+FFFD): anything else
+    becomes ``""``."""
+    return value[:limit].encode("utf-8", "surrogatepass").decode("utf-8", "replace") if type(value) is str else ""
 
 
 # --------------------------------------------------------------------------------------
