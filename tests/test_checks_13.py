@@ -37,7 +37,7 @@ def test_not_a_function(name):
 
 
 def make_lora(init_a="kaiming", init_b="zeros", scale="alpha/r", freeze=True, order="AB", bias_kept=True,
-              as_linears=False, layout="peft"):
+              as_linears=False, layout="peft", where="base", base_grad=True, flatten=False, in_place=False):
     class LoRA(nn.Module):
         def __init__(self, base, r, alpha):
             super().__init__()
@@ -45,16 +45,19 @@ def make_lora(init_a="kaiming", init_b="zeros", scale="alpha/r", freeze=True, or
             if freeze:
                 for p in base.parameters():
                     p.requires_grad_(False)
-            self.scale = {"alpha/r": alpha / r, "r/alpha": r / alpha, "alpha": alpha, "none": 1.0}[scale]
+            self.scale = {"alpha/r": alpha / r, "r/alpha": r / alpha, "alpha": alpha, "none": 1.0,
+                          "floor": alpha // r, "float floor": float(alpha // r)}[scale]
             a_shape = (r, base.in_features) if layout == "peft" else (base.in_features, r)
             b_shape = (base.out_features, r) if layout == "peft" else (r, base.out_features)
+            w = base.weight
+            kw = {"device": w.device, "dtype": w.dtype} if where == "base" else {}
             if as_linears:  # PEFT's own layout: two bias-free nn.Linear
-                self.lora_A = nn.Linear(base.in_features, r, bias=False)
-                self.lora_B = nn.Linear(r, base.out_features, bias=False)
+                self.lora_A = nn.Linear(base.in_features, r, bias=False, **kw)
+                self.lora_B = nn.Linear(r, base.out_features, bias=False, **kw)
                 nn.init.zeros_(self.lora_B.weight)
                 return
-            self.A = nn.Parameter(torch.empty(a_shape))
-            self.B = nn.Parameter(torch.empty(b_shape))
+            self.A = nn.Parameter(torch.empty(a_shape, **kw))
+            self.B = nn.Parameter(torch.empty(b_shape, **kw))
             for p, how in ((self.A, init_a), (self.B, init_b)):
                 if how == "kaiming":
                     nn.init.kaiming_uniform_(p, a=math.sqrt(5))
@@ -64,12 +67,23 @@ def make_lora(init_a="kaiming", init_b="zeros", scale="alpha/r", freeze=True, or
                     nn.init.zeros_(p)
 
         def forward(self, x):
+            if in_place:
+                x.clamp_(-3, 3)  # outliers clipped, in the caller's tensor
             if as_linears:
                 return self.base(x) + self.scale * self.lora_B(self.lora_A(x))
             if layout != "peft":
                 return self.base(x) + self.scale * (x @ self.A @ self.B)
-            base = self.base(x) if bias_kept else x @ self.base.weight.T
-            update = x @ self.A.T @ self.B.T if order == "AB" else x @ self.B @ self.A
+            if not base_grad:
+                with torch.no_grad():
+                    base = self.base(x)
+            else:
+                base = self.base(x) if bias_kept else x @ self.base.weight.T
+            if flatten:  # written for [B, T, d] only
+                B_, T_, d = x.shape
+                flat = x.reshape(B_ * T_, d)
+                update = (flat @ self.A.T @ self.B.T).reshape(B_, T_, -1)
+            else:
+                update = x @ self.A.T @ self.B.T if order == "AB" else x @ self.B @ self.A
             return base + self.scale * update
 
     return LoRA
@@ -82,8 +96,9 @@ class CopiedBase(nn.Module):
         super().__init__()
         self.register_buffer("weight", base.weight.detach().clone())
         self.register_buffer("bias", None if base.bias is None else base.bias.detach().clone())
-        self.A = nn.Parameter(torch.randn(r, base.in_features) / math.sqrt(base.in_features))
-        self.B = nn.Parameter(torch.zeros(base.out_features, r))
+        kw = {"device": base.weight.device, "dtype": base.weight.dtype}
+        self.A = nn.Parameter(torch.randn(r, base.in_features, **kw) / math.sqrt(base.in_features))
+        self.B = nn.Parameter(torch.zeros(base.out_features, r, **kw))
         self.scale = alpha / r
 
     def forward(self, x):
@@ -107,6 +122,12 @@ def test_lora_accepts_variants():
     (dict(order="BA"), ("wrong order",)),
     (dict(bias_kept=False), ("bias",)),
     (dict(layout="transposed"), ("[r, in_features]",)),
+    (dict(scale="floor"), ("alpha // r = 2: // rounds down", "alpha / r = 2.5")),
+    (dict(scale="float floor"), ("alpha // r = 2: // rounds down",)),
+    (dict(base_grad=False), ("torch.no_grad()", "the gradient stops reaching x")),
+    (dict(where="cpu"), ("base.weight is torch.float64", "dtype=base.weight.dtype")),
+    (dict(flatten=True), ("x of shape", "last axis")),
+    (dict(in_place=True), ("changed its input x in place",)),
 ])
 def test_lora_rejects(wrong, needles):
     rejects(checks.LoRALinear, make_lora(**wrong), *needles)
@@ -115,23 +136,33 @@ def test_lora_rejects(wrong, needles):
 # --- add_lora -----------------------------------------------------------------------------------------------------
 
 
-def make_add_lora(match="suffix", freeze="first", raise_missing=True, give_names=True, first_only=False):
+def make_add_lora(match="suffix", freeze="first", raise_missing="each", give_names=True, first_only=False,
+                  strings="whole", read="once", order="model", wrap="once", name_missing=True):
     def add_lora(model, targets, r, alpha, lora_class=ref.LoRALinear):
+        if strings == "whole" and isinstance(targets, str):
+            targets = [targets]
+        if read == "once":
+            targets = list(targets)
+        elif read == "list-only":
+            targets = targets + []  # a tuple or an iterator has no + [] ...
         if freeze == "first":
             for p in model.parameters():
                 p.requires_grad_(False)
         names = []
-        for name, module in list(model.named_modules()):
-            if not isinstance(module, nn.Linear):
-                continue
-            hit = (any(name == t or name.endswith("." + t) for t in targets) if match == "suffix"
-                   else any(t in name for t in targets) if match == "substring" else True)
-            if hit:
-                names.append(name)
-                if first_only:
-                    break
-        if raise_missing and not names:
-            raise ValueError(f"no layer called {targets}")
+        for t in targets if order == "targets" else [None]:
+            for name, module in list(model.named_modules()):
+                if not isinstance(module, nn.Linear):
+                    continue
+                wanted = [t] if t is not None else targets
+                hit = (any(name == x or name.endswith("." + x) for x in wanted) if match == "suffix"
+                       else any(x in name for x in wanted) if match == "substring" else True)
+                if hit and (wrap == "per-target" or name not in names):
+                    names.append(name)
+                    if first_only:
+                        break
+        missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+        if (raise_missing == "each" and missing) or (raise_missing == "none-found" and not names):
+            raise ValueError(f"no layer called {missing or targets}" if name_missing else "a target matches nothing")
         for name in names:
             parent, _, child = name.rpartition(".")
             owner = model.get_submodule(parent) if parent else model
@@ -139,6 +170,9 @@ def make_add_lora(match="suffix", freeze="first", raise_missing=True, give_names
         if freeze == "after":
             for p in model.parameters():
                 p.requires_grad_(False)
+        if wrap == "per-target":  # (the names it gives back are right: only the layers are wrong)
+            order_of = [n for n, _ in model.named_modules()]
+            names = sorted(set(names), key=order_of.index)
         return names if give_names else None
 
     return add_lora
@@ -157,8 +191,15 @@ def test_add_lora_without_lora_class_is_told_the_signature():
     (dict(freeze="never"), ("still train", "freeze every parameter")),
     (dict(freeze="after"), ("nothing in the model trains", "freeze the model's parameters first")),
     (dict(raise_missing=False), ("raise ValueError",)),
+    (dict(raise_missing="none-found"), ("even when others match",)),
+    (dict(name_missing=False), ("does not name the target",)),
     (dict(give_names=False), ("return the names",)),
-    (dict(first_only=True), ("not replaced",)),
+    (dict(first_only=True, raise_missing=False), ("not replaced",)),
+    (dict(strings="letters"), ("letter by letter", "isinstance(targets, str)")),
+    (dict(read="list-only"), ("any iterable",)),
+    (dict(read="twice"), ("any iterable", "iterator")),
+    (dict(order="targets"), ("in another order", "model.named_modules()")),
+    (dict(order="targets", wrap="per-target"), ("wrapped twice",)),
 ])
 def test_add_lora_rejects(wrong, needles):
     rejects(checks.add_lora, make_add_lora(**wrong), *needles)
@@ -167,10 +208,12 @@ def test_add_lora_rejects(wrong, needles):
 # --- merge_lora ---------------------------------------------------------------------------------------------------
 
 
-def make_merge(update="BA", scale="alpha/r", bias=True, in_place=False, twice=False, return_layer=False):
+def make_merge(update="BA", scale="alpha/r", bias=True, in_place=False, twice=False, return_layer=False,
+               where="base"):
     def merge_lora(layer):
         base = layer.base
-        s = {"alpha/r": layer.scale, "none": 1.0, "r/alpha": 1 / layer.scale}[scale]
+        s = {"alpha/r": layer.scale, "none": 1.0, "r/alpha": 1 / layer.scale,
+             "recomputed": layer.A.shape[0] and getattr(layer, "alpha", 0) / layer.A.shape[0]}[scale]
         delta = s * (layer.B @ layer.A if update == "BA" else layer.A.T @ layer.B.T)
         if twice:
             delta = 2 * delta
@@ -180,10 +223,11 @@ def make_merge(update="BA", scale="alpha/r", bias=True, in_place=False, twice=Fa
             with torch.no_grad():
                 base.weight += delta
             return base
-        merged = nn.Linear(base.in_features, base.out_features, bias=base.bias is not None)
+        kw = {"device": base.weight.device, "dtype": base.weight.dtype} if where == "base" else {}
+        merged = nn.Linear(base.in_features, base.out_features, bias=base.bias is not None, **kw)
         with torch.no_grad():
             merged.weight.copy_(base.weight + delta)
-            if base.bias is not None:
+            if base.bias is not None and bias != "random":
                 merged.bias.copy_(base.bias if bias else torch.zeros_like(base.bias))
         return merged
 
@@ -194,7 +238,10 @@ def make_merge(update="BA", scale="alpha/r", bias=True, in_place=False, twice=Fa
     (dict(scale="none"), ("the scale is missing",)),
     (dict(scale="r/alpha"), ("r / alpha",)),
     (dict(twice=True), ("added twice",)),
-    (dict(bias=False), ("bias was lost",)),
+    (dict(bias=False), ("bias is not the base layer's", "copy it")),
+    (dict(bias="random"), ("bias is not the base layer's", "copy it")),
+    (dict(where="cpu"), ("base's is torch.float64", "dtype=base.weight.dtype")),
+    (dict(scale="recomputed"), ("read layer.scale",)),
     (dict(update="ATBT"), ("transposed", "A.T @ B.T")),
     (dict(in_place=True), ("changed the LoRA layer", "twice")),
     (dict(return_layer=True), ("not a plain nn.Linear",)),
@@ -206,10 +253,17 @@ def test_merge_rejects(wrong, needles):
 # --- sft_example --------------------------------------------------------------------------------------------------
 
 
-def make_sft(first="len-1", pad_y=PAD_Y, pad_x=PAD_X, shift=True, raise_long=True):
+def make_sft(first="len-1", pad_y=PAD_Y, pad_x=PAD_X, shift=True, raise_long=True, limit="len-1", empty=True,
+             in_place=False):
     def sft_example(prompt, response, block_size):
-        ids = prompt + response
-        if len(ids) - 1 > block_size and raise_long:
+        if empty and (not prompt or not response):
+            raise ValueError("empty")
+        if in_place:
+            prompt += response
+            ids = prompt
+        else:
+            ids = prompt + response
+        if raise_long and (len(ids) - 1 > block_size if limit == "len-1" else len(ids) > block_size):
             raise ValueError("too long")
         ids = ids[:block_size + 1]
         x = ids[:-1]
@@ -237,6 +291,9 @@ def test_sft_example_reference_labels():
     (dict(shift=False), ("not shifted",)),
     (dict(pad_x=PAD_Y), ("pad x with PAD_X",)),
     (dict(raise_long=False), ("raising ValueError",)),
+    (dict(limit="len"), ("which fit", "- 1 > block_size")),
+    (dict(empty=False), ("empty prompt", "raise ValueError")),
+    (dict(in_place=True), ("changed the prompt", "prompt += response")),
 ])
 def test_sft_example_rejects(wrong, needles):
     rejects(checks.sft_example, make_sft(**wrong), *needles)

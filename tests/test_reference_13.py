@@ -3,6 +3,7 @@ and not; the labels of instruction tuning; the payoff's pieces (instructions, me
 
 import importlib.util
 import pathlib
+from dataclasses import replace
 
 import pytest
 import torch
@@ -104,6 +105,35 @@ def test_each_method_trains_what_it_says(method, trainable):
     expected = sum(p.numel() for p in base.parameters()) if trainable is None else trainable
     assert ft.trainable_parameters(model) == expected
     assert all(p.requires_grad for p in base.parameters())  # the base model itself is left as it was
+
+
+def test_step_times_takes_the_methods_in_turn_and_leaves_the_base_and_threads_as_they_were():
+    torch.manual_seed(0)
+    base = ref.GPT(ref.GPTConfig(n_layers=1))
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    threads = torch.get_num_threads()
+    instructions = ft.Instructions({n: ["a" * n, "b" * n] for n in ft.WORDS})
+    order = []
+    lora = ft.add_lora
+
+    def recording_add_lora(model, targets, r, alpha):
+        order.append(r)
+        return lora(model, targets, r, alpha)
+
+    ms = ft.step_times(base, ["full fine-tuning", "LoRA r=1", "LoRA r=4", "head alone"], instructions,
+                       config=replace(ft.FINETUNE_CONFIG, batch_size=4),
+                       add_lora_fn=recording_add_lora, rounds=2, warmup=1)
+    assert list(ms) == ["full fine-tuning", "LoRA r=1", "LoRA r=4", "head alone"] and order == [1, 4]
+    assert all(isinstance(v, float) and v > 0 for v in ms.values())
+    assert all(torch.equal(before[k], v) for k, v in base.state_dict().items())  # each method trained a copy
+    assert torch.get_num_threads() == threads
+    lines = ft.step_table(ms).splitlines()
+    assert len(lines) == 4 and lines[0].endswith("1.00x full fine-tuning") and "LoRA r=4" in lines[2]
+
+
+def test_the_table_has_no_time_column():  # runs one after the other are not timed side by side: step_times is
+    rows = ft.table([ft.Result("m", 1, 8, 12.5, 0.5, {}, 2.0, 2.5, None, None)]).splitlines()
+    assert "time" not in rows[0] and "12.5" not in rows[2] and "50%" in rows[2]
 
 
 def test_sample_lengths_gives_count_names_of_letters():

@@ -97,6 +97,15 @@ def sum_backward(fn, *args, **kwargs):
     return out, connected
 
 
+def input_grad(fn, x):
+    """``(fn(x), d sum(fn(x)) / dx)``: the gradient that reaches ``x`` (a fresh leaf) through ``fn``, None if none."""
+    x = x.detach().clone().requires_grad_(True)
+    out = fn(x)
+    if isinstance(out, torch.Tensor) and out.requires_grad:
+        out.sum().backward()
+    return out, x.grad
+
+
 def is_tied(model) -> bool:
     """Whether ``model.head.weight`` is ``model.tok_emb.weight`` (weight tying), or shares its storage."""
     head, emb = getattr(model, "head", None), getattr(model, "tok_emb", None)

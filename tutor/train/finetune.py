@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import random
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 
@@ -27,7 +28,7 @@ from tutor.reference.gpt2 import load_gpt2
 from tutor.reference.lora import LoRALinear, add_lora, merge_lora, sft_example
 from tutor.reference.scaling_up import get_batch
 from tutor.reference.training import evaluate
-from tutor.train.loop import History, Hooks, fit
+from tutor.train.loop import History, Hooks, fit, training_threads
 from tutor.train.models import make_model
 from tutor.train.optim import make_optimizer
 from tutor.train.presets import FINETUNE_BASE_CONFIG, FINETUNE_CONFIG, FINETUNE_LRS
@@ -207,6 +208,44 @@ def adapt(base, method, instructions: Instructions, names_val, *, config=FINETUN
                   evaluate(runner, val, PAD_Y), evaluate(model, names_val, PAD_Y), history, model)
 
 
+def step_times(base, methods, instructions: Instructions, *, config=FINETUNE_CONFIG, sft_fn=sft_example,
+               add_lora_fn=add_lora, rounds: int = 30, warmup: int = 3) -> dict:
+    """The median milliseconds of one training step (forward, backward, AdamW) of each of ``methods``, measured
+    side by side: a fresh copy of ``base`` per method, and each round takes one step of every method in turn, so
+    that a machine that gets busier or quieter meanwhile slows them all alike. The first ``warmup`` rounds are not
+    timed (first calls allocate)."""
+    device = next(base.parameters()).device
+    runs = []
+    for method in methods:
+        model = prepare(base, method, add_lora_fn)
+        runner = WordPositions(model).train()
+        lr = FINETUNE_LRS["LoRA" if method.startswith("LoRA") else method]
+        optimizer = make_optimizer(runner, replace(config, max_lr=lr, min_lr=lr / 10))
+        runs.append((method, runner, optimizer, instructions.batches(config.batch_size, 0, sft_fn), []))
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elif device.type == "mps":
+            torch.mps.synchronize()
+
+    with training_threads(config, device):
+        for round_ in range(warmup + rounds):
+            for _, runner, optimizer, batches, times in runs:
+                x, y = (t.to(device) for t in next(batches))
+                synchronize()
+                start = time.perf_counter()
+                logits = runner(x)
+                loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=PAD_Y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                synchronize()
+                if round_ >= warmup:
+                    times.append(time.perf_counter() - start)
+    return {method: 1e3 * statistics.median(times) for method, _, _, _, times in runs}
+
+
 def baseline(base, instructions: Instructions, names_val, per_length: int = 100, seed: int = 0) -> Result:
     """The base model, not adapted, measured the same way."""
     rate, by_length = success(base, per_length, seed=seed)
@@ -221,14 +260,22 @@ def names_val_loader(val_names):
 
 
 def table(results) -> str:
-    """The results as one text table, a row per method."""
-    head = (f"{'method':31} {'trains':>8} {'AdamW state':>12} {'time':>7} {'asked length':>13} "
+    """The results as one text table, a row per method. (No time column: runs one after the other are timed on a
+    machine that changes meanwhile; ``step_times`` measures the methods side by side.)"""
+    head = (f"{'method':31} {'trains':>8} {'AdamW state':>12} {'asked length':>13} "
             f"{'loss, responses':>16} {'loss, plain names':>18}")
     rows = [head, "-" * len(head)]
     for r in results:
-        rows.append(f"{r.method:31} {r.trainable:>8,} {r.optimizer_bytes / 1e3:>9,.1f} kB {r.seconds:>6.1f}s "
+        rows.append(f"{r.method:31} {r.trainable:>8,} {r.optimizer_bytes / 1e3:>9,.1f} kB "
                     f"{r.success:>13.0%} {r.response_loss:>16.3f} {r.names_loss:>18.3f}")
     return "\n".join(rows)
+
+
+def step_table(step_ms: dict) -> str:
+    """``step_times``' figures as text, each against the first method's."""
+    first, first_ms = next(iter(step_ms.items()))
+    return "\n".join(f"{method:18} {ms:6.2f} ms a step, {ms / first_ms:4.2f}x {first}"
+                     for method, ms in step_ms.items())
 
 
 def merge_all(model: nn.Module, merge_fn=None) -> nn.Module:

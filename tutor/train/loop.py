@@ -103,7 +103,7 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     label = None if expected is None else f"expected {format_duration(expected)}"
     shown = bar.desc if bar is not None else None
 
-    with _cpu_threads(config, device) as chooser:
+    with training_threads(config, device) as chooser:
         if chooser is not None:
             chooser.first = start_step + 1  # step 0 warms up (first calls allocate), so it is not timed
 
@@ -197,7 +197,7 @@ def _runner(runner, config, device):
 
 
 @contextmanager
-def _cpu_threads(config, device):
+def training_threads(config, device):
     """Set the CPU threads ``config.cpu_threads`` asks for while the run trains, and put PyTorch's count back after.
     Yields the ``ThreadChooser`` of ``cpu_threads="auto"`` (None otherwise).
 

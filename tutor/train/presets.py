@@ -88,10 +88,13 @@ BPE_CONFIG = PayoffConfig(block_size=32, batch_size=16, max_lr=3e-3, min_lr=3e-4
 
 # --- notebook 13: adapting a names model to an instruction (``finetune``) ------------------------------------------
 
-# The base model is notebook 08's CPU preset, trained for fewer steps so that the notebook trains it in about 40 s, on
-# 2 threads rather than "auto": the thread count changes the sums' rounding, and the notebook's text quotes its figures.
-FINETUNE_BASE_CONFIG = replace(CPU_CONFIG, steps=1000, eval_every=250, cpu_threads=2)
+# The base model is notebook 08's CPU preset, trained for fewer steps. Notebook 13 trains on one thread, not "auto":
+# the thread count changes the sums' rounding, and the notebook's text quotes its figures; and one thread never waits
+# for a second one that another program keeps off its core. The notebook sets one thread for everything else too
+# (sampling, evaluation). On 2 cores with one kept busy by another process, notebook 13 took 66.6 s against 64.4 s
+# idle; with 2 threads it had stalled more than 11x, and notebook 08 ("auto") took 218 s against 73 s idle.
+FINETUNE_BASE_CONFIG = replace(CPU_CONFIG, steps=1000, eval_every=250, cpu_threads=1)
 # Adapting it: AdamW, the same steps and batches for every method; only the learning rate differs by method.
 FINETUNE_CONFIG = TrainConfig(d_model=64, n_heads=4, n_layers=2, batch_size=64, steps=300, max_lr=1e-3, min_lr=1e-4,
-                              warmup_steps=20, weight_decay=0.0, eval_every=100, eval_batches=2, cpu_threads=2)
+                              warmup_steps=20, weight_decay=0.0, eval_every=100, eval_batches=2, cpu_threads=1)
 FINETUNE_LRS = {"full fine-tuning": 1e-3, "LoRA": 3e-3, "head alone": 3e-3}
