@@ -189,7 +189,7 @@ class MHAFunctionalDropout(MHA):
         if mask is not None:
             mask = mask.unsqueeze(-3)
         if self.causal:
-            causal = torch.ones(T, T, dtype=torch.bool).tril()
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             mask = causal if mask is None else mask & causal
         if mask is not None:
             scores = scores.masked_fill(mask == 0, -1e9)
@@ -211,13 +211,13 @@ class MHAHandWrittenDropout(MHA):
         if mask is not None:
             mask = mask.unsqueeze(-3)
         if self.causal:
-            causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
             mask = causal if mask is None else mask & causal
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(-1)
         if self.training and self.p > 0:
-            keep = (torch.rand(weights.shape) > self.p).float()
+            keep = (torch.rand(weights.shape, device=weights.device) > self.p).float()
             weights = weights * keep / (1 - self.p)
         return self.out_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
 
@@ -229,7 +229,7 @@ class MHAWithBuiltinSDPA(MHA):
         if mask is not None:
             mask = mask.unsqueeze(-3)
         if self.causal:
-            causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
             mask = causal if mask is None else mask & causal
         p = self.attn_dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)

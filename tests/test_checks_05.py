@@ -311,8 +311,8 @@ def rope_complex(x, positions=None, theta=10000.0):  # the LLaMA way, with compl
 def rope_assign(x, positions=None, theta=10000.0):  # writes into a new tensor
     T, d = x.shape[-2:]
     if positions is None:
-        positions = torch.arange(T)
-    i = torch.arange(d // 2)
+        positions = torch.arange(T, device=x.device)
+    i = torch.arange(d // 2, device=x.device)
     angle = positions[:, None].float() * theta ** (-2 * i / d)
     cos, sin = angle.cos(), angle.sin()
     xf = x.float()

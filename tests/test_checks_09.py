@@ -56,7 +56,7 @@ class LearnerRotary(nn.Module):
         q, k, v = self.rotate(q, k, v, positions)
         if cache is not None:
             k, v = self.store(cache, layer, k, v, positions)
-        y = self.attend(q, k, v, self.mask(T, k.shape[-2], cache))
+        y = self.attend(q, k, v, self.mask(T, k.shape[-2], cache).to(x.device))
         return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -101,7 +101,7 @@ def test_rope_before_splitting_heads():
             v = self.split(self.v_proj(x))
             if cache is not None:
                 k, v = cache.update(layer, k, v)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(T, k.shape[-2], cache))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(T, k.shape[-2], cache).to(x.device))
             return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
 
     rejects(checks.RotaryAttention, WholeWidth, "before splitting heads", "d_head axis")
@@ -130,7 +130,8 @@ class OwnRope(LearnerRotary):
 
     def rope(self, x, positions):
         d = x.shape[-1]
-        angle = positions.float()[:, None] * self.theta ** self.exponent(torch.arange(d // 2).float(), d)
+        pairs = torch.arange(d // 2, device=x.device).float()
+        angle = positions.float()[:, None] * self.theta ** self.exponent(pairs, d)
         x0, x1 = x[..., 0::2], x[..., 1::2]
         return torch.stack([x0 * angle.cos() - x1 * angle.sin(), x0 * angle.sin() + x1 * angle.cos()], -1).flatten(-2)
 

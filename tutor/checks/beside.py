@@ -72,6 +72,44 @@ def fast_meta_triangles(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
+class LikeAGPU(FastMetaTriangles):
+    """The meta device held to a GPU's rule: an operation that mixes a tensor on the meta device with a tensor of
+    one or more dimensions on the CPU raises, as it would with CUDA (a CPU index into an embedding, a CPU mask for
+    masked_fill). On its own the meta device lets many of them through. As on a GPU, 0-d CPU tensors (scalars),
+    indexing with CPU indices and moves (``.to``, ``copy_``, ``type_as``) are allowed."""
+
+    ALLOWED = {"__getitem__", "__setitem__", "to", "copy_", "type_as", "cpu", "new_tensor"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name not in self.ALLOWED:
+            tensors = [t for t in _tensors_in(args) + _tensors_in(tuple(kwargs.values()))]
+            if any(t.device.type == "meta" for t in tensors):
+                cpu = next((t for t in tensors if t.device.type == "cpu" and t.dim() > 0), None)
+                if cpu is not None:
+                    raise RuntimeError(
+                        f"Expected all tensors to be on the same device, but found at least two devices, meta and "
+                        f"cpu ({name or func} got a tensor of shape {list(cpu.shape)} on the cpu)")
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _tensors_in(values) -> list:
+    found = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(t for t in v if isinstance(t, torch.Tensor))
+    return found
+
+
+def like_a_gpu(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with the meta device held to a GPU's rule (``LikeAGPU``), tril and triu fast."""
+    with LikeAGPU():
+        return fn(*args, **kwargs)
+
+
 def assign_parameters(module: nn.Module, values: dict) -> None:
     """Copy ``values`` (name -> tensor) into the parameters of ``module`` of those names, in place."""
     mine = dict(module.named_parameters())

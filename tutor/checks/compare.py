@@ -7,10 +7,12 @@ A wrong shape is described in the words of ``tutor.shapes``.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from tutor.checks import beside
-from tutor.checks.harness import Mismatch, at
+from tutor.checks.harness import LearnerError, Mismatch, NotDone, at, call, case
 from tutor.shapes import explain
 
 # --------------------------------------------------------------------------------------
@@ -47,18 +49,21 @@ def expect_tensor(got, expected: torch.Tensor, what: str, *, check_dtype: bool =
     if got.device != expected.device:
         raise Mismatch(
             f"{what} is on device {got.device}, expected {expected.device}",
+            [META_NOTE] if expected.device.type == "meta" else [],
             hint="create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
         )
     if check_dtype and got.dtype != expected.dtype:
         hint = None
-        if got.dtype == torch.float64 and expected.dtype == torch.float32:
+        if expected.dtype == torch.float64 and got.dtype in (torch.float32, torch.float16, torch.bfloat16):
+            hint = FLOAT64_HINT
+        elif got.dtype == torch.float64 and expected.dtype == torch.float32:
             hint = "a float64 tensor crept in; pass dtype=torch.float32 or use torch functions on the input"
         elif got.dtype == torch.float32 and expected.dtype in (torch.float16, torch.bfloat16):
             hint = "keep the input's dtype: compute in float32 if you like, then convert back with .to(x.dtype)"
         elif not got.dtype.is_floating_point and expected.dtype.is_floating_point:
             hint = "the result should be floating point; convert with .float()"
         raise Mismatch(f"{what} has dtype {got.dtype}, expected {expected.dtype}", hint=hint)
-    if got.dtype.is_floating_point or got.is_complex():
+    if (got.dtype.is_floating_point or got.is_complex()) and got.device.type != "meta":  # meta: no values
         bad = ~torch.isfinite(got) & torch.isfinite(expected)
         if bad.any():
             index = tuple(int(i) for i in bad.nonzero()[0])
@@ -171,6 +176,87 @@ def expect_equal(got, expected, what: str, hint: str | None = None):
     if got != expected:
         raise Mismatch(f"{what} is wrong", [f"expected {expected!r}", f"got      {got!r}"], hint)
     return got
+
+
+# --------------------------------------------------------------------------------------
+# Following the input's dtype and device: float64 and meta
+
+KINDS = ("float64", "meta")
+KIND_LABELS = {"float64": "in float64", "meta": "on the meta device"}
+META_NOTE = ("'meta' is PyTorch's device for tensors that have a shape and a dtype but no values: the check runs "
+             "your code on it to see that every tensor it creates goes to the input's device, as it must on a GPU")
+FLOAT64_HINT = ("the input is float64: a tensor your code creates (torch.zeros, torch.ones, torch.tensor, "
+                "torch.arange, ...) is float32 unless you pass dtype=x.dtype (or use torch.zeros_like(x), "
+                "x.new_zeros(...)), and a product with it comes out float32 or fails")
+
+
+def as_kind(obj, kind: str):
+    """The check's own ``obj`` (a tensor, a module, or a tuple or list of them) in float64 (floating tensors only)
+    or on the meta device; anything else as it is. A module is copied first."""
+    if isinstance(obj, torch.Tensor):
+        if kind == "meta":
+            return obj.detach().to("meta")
+        return obj.double() if obj.is_floating_point() else obj
+    if isinstance(obj, torch.nn.Module):
+        copied = copy.deepcopy(obj)
+        return copied.double() if kind == "float64" else copied.to("meta")
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(as_kind(o, kind) for o in obj)
+    return obj
+
+
+def learner_as_kind(module, kind: str):
+    """A copy of the learner's module, made where it lives, in float64 or on the meta device."""
+    copied = at(copy.deepcopy)(module)
+    return copied.double() if kind == "float64" else copied.to("meta")
+
+
+def expect_kind(got, expected: torch.Tensor, what: str, kind: str, **tolerance) -> torch.Tensor:
+    """In float64, ``got`` equals ``expected`` and is float64; on the meta device, where there are no values, it has
+    ``expected``'s shape, dtype and device."""
+    if kind == "meta":
+        return expect_tensor(got, expected, what, names=tolerance.get("names"))
+    return expect_close(got, expected, what, **tolerance)
+
+
+def kind_cases(learner, inputs, reference, what: str, *, module: bool = False, convert=None, kinds=KINDS,
+               **tolerance) -> None:
+    """Two cases of one call, so that a check can tell whether the learner's code follows its input: every input
+    in float64, then every input on the meta device (shapes, no values), held to a GPU's rule that a tensor on the
+    CPU does not meet one on the device (``beside.LikeAGPU``): what a GPU would catch, without one.
+
+    ``inputs`` are the positional arguments (converted with ``as_kind``), or ``inputs(kind)`` makes them fresh for
+    each kind, as a pair (the learner's, the reference's): a cache, say; ``reference`` is the model answer, a
+    function or, with ``module=True``, a module with the reference weights (``learner`` is then the learner's
+    module, loaded with them); ``convert(got)``, if given, picks the tensor to compare from what both return;
+    ``kinds`` leaves one out where it means nothing (float64 for integer inputs)."""
+    for kind in kinds:
+        label = f"{what} {KIND_LABELS[kind]}"
+        with case(label):
+            if callable(inputs):
+                args, theirs_args = inputs(kind)
+            else:
+                args = theirs_args = as_kind(tuple(inputs), kind)
+            mine = learner_as_kind(learner, kind) if module else learner
+            theirs = as_kind(reference, kind) if module else reference
+            try:
+                got = call(at(beside.like_a_gpu), mine, *args, what=label)
+            except (NotDone, LearnerError) as failure:
+                if kind == "meta" and reads_values(failure.error):
+                    continue  # code that reads a value (.item(), if tensor: ...) cannot run on meta: no verdict
+                raise
+            expected = beside.like_a_gpu(theirs, *theirs_args)
+            if convert is not None:
+                got, expected = convert(got), convert(expected)
+            expect_kind(got, expected, f"the output of {what}", kind, **tolerance)
+
+
+def reads_values(error) -> bool:
+    """Whether ``error`` is a meta tensor asked for its values (``.item()``, ``.tolist()``, ``if t:``, a boolean
+    index): correct code may do that, and it cannot run on the meta device, so such a case says nothing."""
+    text = str(error)
+    return any(s in text for s in ("cannot be called on meta tensors", "Cannot copy out of meta tensor",
+                                   "register_meta function", "meta device type tensor"))
 
 
 # --------------------------------------------------------------------------------------

@@ -107,7 +107,11 @@ class Mismatch(Exception):
 
 
 class NotDone(Exception):
-    """The learner's code still raises ``NotImplementedError``."""
+    """The learner's code still raises ``NotImplementedError`` (``error``: the one it raised)."""
+
+    def __init__(self, error: BaseException | None = None):
+        super().__init__()
+        self.error = error
 
 
 class LearnerError(Exception):
@@ -124,11 +128,24 @@ class LearnerError(Exception):
 
 # Hints for exceptions beginners meet often, keyed by a piece of the message.
 ERROR_HINTS = {
+    "devices, meta and cpu":  # beside.LikeAGPU: the check's stand-in for a GPU (see checks.compare.KINDS)
+        "a tensor your code creates is on the CPU while the input is elsewhere (the check uses PyTorch's 'meta' "
+        "device, which has shapes but no values, to stand for a GPU): create it on the input's device, e.g. "
+        "torch.arange(T, device=x.device)",
     "before Module.__init__() call": "call super().__init__() first in __init__",
     "mat1 and mat2 shapes cannot be multiplied":
         "a matrix product got shapes that do not fit: print the shapes of both sides",
     "Expected all tensors to be on the same device":
         "create new tensors on the input's device, e.g. torch.zeros(..., device=x.device)",
+    "is not on the expected device":  # a tensor on the CPU beside the check's meta ones (see checks.compare.KINDS)
+        "a tensor your code creates is on the CPU while the input is elsewhere (the check uses PyTorch's 'meta' "
+        "device, which has shapes but no values, to stand for a GPU): create it with device=x.device",
+    "to have the same dtype":
+        "two tensors of different dtypes met in a product: create new tensors with dtype=x.dtype (the check passes "
+        "float64 to see that your code follows the input's dtype)",
+    "expected scalar type":
+        "two tensors of different dtypes met: create new tensors with dtype=x.dtype (the check passes float64 to "
+        "see that your code follows the input's dtype)",
     "must match the size of tensor b":
         "two tensors do not broadcast: print their shapes, and keep reduced axes with keepdim=True",
     "object has no attribute": "check the attribute names the exercise asks for",
@@ -278,8 +295,8 @@ def call(fn, *args, what: str | None = None, **kwargs):
     """Call learner code; turn its exceptions into ``NotDone`` or ``LearnerError``."""
     try:
         return fn(*args, **kwargs)
-    except NotImplementedError:
-        raise NotDone() from None
+    except NotImplementedError as error:
+        raise NotDone(error) from None
     except (Mismatch, NotDone, CheckTimeout, LearnerError, Unreachable):
         raise
     except Exception as error:  # anything the learner's code raised

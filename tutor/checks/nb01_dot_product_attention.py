@@ -5,7 +5,7 @@ import torch
 from tutor import reference as ref
 from tutor.checks import beside
 from tutor.checks.common import LAIKA, laika_one_hot
-from tutor.checks.compare import expect_close, expect_equal, shape_mismatch
+from tutor.checks.compare import expect_close, expect_equal, kind_cases, shape_mismatch
 from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check
 
 __all__ = ["encode", "decode", "one_hot", "similarity", "softmax", "dot_product_attention"]
@@ -132,7 +132,8 @@ def one_hot(fn):
             if not torch.equal(ids, before):
                 raise Mismatch("one_hot changed its input ids in place",
                                hint="don't modify `ids`; work on a new tensor")
-    return "{cases} cases"
+    kind_cases(fn, (torch.randint(0, 5, (2, 3)), 5), ref.one_hot, "one_hot(ids of shape [2, 3], 5)", kinds=("meta",))
+    return "{cases} cases, on the meta device too"
 
 
 # --- similarity -------------------------------------------------------------------------
@@ -155,7 +156,8 @@ def similarity(fn):
                 ("x * x multiplies element by element; use the matrix product x @ x.transpose(-2, -1)",
                  lambda: inp * inp),
             ])
-    return "{cases} cases"
+    kind_cases(fn, (torch.randn(2, 4, 3),), ref.similarity, "similarity(x of shape [2, 4, 3])")
+    return "{cases} cases, float64 and meta"
 
 
 # --- softmax ----------------------------------------------------------------------------
@@ -201,7 +203,8 @@ def softmax(fn):
         if not torch.equal(inp, before):
             raise Mismatch("softmax changed its input in place",
                            hint="use x - x.max(...) (a new tensor), not x -= ... or x.sub_(...)")
-    return "{cases} cases, including logits of 1000"
+    kind_cases(fn, (torch.randn(2, 3, 4), -1), ref.softmax, "softmax(x of shape [2, 3, 4], dim=-1)")
+    return "{cases} cases, including logits of 1000, float64 and meta"
 
 
 def _softmax_mistakes(x, dim):
@@ -251,7 +254,8 @@ def dot_product_attention(fn):
             inp = torch.randn(*shape)
             got = call(fn, inp.clone(), what=f"dot_product_attention(x of shape {list(shape)})")
             expect_close(got, ref.dot_product_attention(inp), "the attention output", mistakes=_attention_mistakes(inp))
-    return "{cases} cases; 'laika' decodes back to 'laika'"
+    kind_cases(fn, (torch.randn(2, 4, 3),), ref.dot_product_attention, "dot_product_attention(x of shape [2, 4, 3])")
+    return "{cases} cases, float64 and meta; 'laika' decodes back to 'laika'"
 
 
 def _attention_mistakes(x):

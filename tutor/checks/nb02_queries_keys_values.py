@@ -6,7 +6,7 @@ import torch
 
 from tutor import reference as ref
 from tutor.checks.common import sdpa_mistakes
-from tutor.checks.compare import expect_close, load_reference_weights
+from tutor.checks.compare import expect_close, kind_cases, load_reference_weights
 from tutor.checks.harness import build, call, case, check
 
 __all__ = ["scaled_dot_product_attention", "AttentionHead"]
@@ -43,7 +43,9 @@ def scaled_dot_product_attention(fn):
     with case("large scores (q, k of size 30)"):
         q, k, v = torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 3)
         run_sdpa_case(fn, q, k, v)
-    return "{cases} cases, d_k ≠ d_v, batch dimensions"
+    kind_cases(fn, (torch.randn(2, 4, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 5)), ref.scaled_dot_product_attention,
+               "scaled_dot_product_attention(q [2, 4, 8], k [2, 6, 8], v [2, 6, 5])")
+    return "{cases} cases, d_k ≠ d_v, batch dimensions, float64 and meta"
 
 
 @check
@@ -60,7 +62,8 @@ def AttentionHead(cls):
             expected = reference(x)
             expect_close(got, expected, "the head's output", atol=1e-5, mistakes=_head_mistakes(reference, x),
                          names="B T d_head")
-    return "{cases} cases"
+    kind_cases(head, (torch.randn(2, 5, 16),), reference, "head(x) with x of shape [2, 5, 16]", module=True)
+    return "{cases} cases, float64 and meta"
 
 
 def _head_mistakes(head, x):

@@ -7,7 +7,7 @@ import torch
 from tutor import reference as ref
 from tutor.checks import beside
 from tutor.checks.common import laika_one_hot, sdpa_mistakes
-from tutor.checks.compare import diagnose, expect_close, expect_tensor, shape_mismatch
+from tutor.checks.compare import diagnose, expect_close, expect_tensor, kind_cases, shape_mismatch
 from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, error_details, is_signature_error
 
 __all__ = ["causal_mask", "masked_attention", "padding_mask"]
@@ -184,7 +184,8 @@ def padding_mask(fn):
             expect_mask(got, expected, "the padding mask", _padding_mistakes(before, 0 if pad_id is None else pad_id),
                         dtype_hint="a comparison such as ids != pad_id is already boolean: "
                                    "don't convert it with .int() or .float()")
-    return "{cases} cases, including pad_id=27 and T = 1"
+    kind_cases(fn, (_pad(names),), ref.padding_mask, "padding_mask(ids of shape [3, 5])", kinds=("meta",))
+    return "{cases} cases, including pad_id=27, T = 1 and the meta device"
 
 
 # --- masked_attention ----------------------------------------------------------------------------
@@ -290,4 +291,7 @@ def masked_attention(fn):
     with case("large scores (q, k of size 30), causal mask"):
         q, k, v = torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 64) * 30, torch.randn(2, 5, 3)
         _run_masked_case(fn, q, k, v, ref.causal_mask(5))
-    return "{cases} cases: causal, padding, both, rectangular, T = 1, mask=None"
+    kind_cases(fn, (torch.randn(2, 5, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 3), ref.causal_mask(5)),
+               ref.scaled_dot_product_attention, "scaled_dot_product_attention(q, k [2, 5, 8], v [2, 5, 3], "
+               "causal mask [5, 5])")
+    return "{cases} cases: causal, padding, both, rectangular, T = 1, mask=None, float64 and meta"

@@ -5,7 +5,7 @@ import math
 import torch
 
 from tutor import reference as ref
-from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights
+from tutor.checks.compare import expect_close, expect_tensor, kind_cases, load_reference_weights
 from tutor.checks.harness import (
     LearnerError,
     Mismatch,
@@ -340,18 +340,24 @@ def MultiHeadAttention(cls):
             ("x [2, 5, 16], no mask", torch.randn(2, 5, 16) * 2, None),
         ]),
     ]
+    built = []
     for args, kwargs, causal, cases in configs:
         label = f"MultiHeadAttention({', '.join(map(str, args))}{''.join(f', {k}={v}' for k, v in kwargs.items())})"
         with case(label):
             mine = build(cls, *args, **kwargs)
             theirs = ref.MultiHeadAttention(*args, **kwargs)
             load_reference_weights(mine, theirs, "your MultiHeadAttention")
+            built.append((mine, theirs))
         for case_label, x, mask in cases:
             with case(f"{label}, {case_label}"):
                 _run_mha(mine, theirs, x, mask, causal, what=f"{label}(x{', mask' if mask is not None else ''})")
                 n += 1
     _check_dropout(cls)
-    return f"{n} cases: causal and not, 1, 2 and 4 heads, [T, T], [B, T, T] and padding masks, dropout"
+    mine, theirs = built[0]  # causal: the mask it makes must follow x too
+    kind_cases(mine, (torch.randn(3, 6, 16), _pad_mask(3, 6)), theirs,
+               "MultiHeadAttention(16, 4)(x [3, 6, 16], a padding mask)", module=True)
+    return f"{n + 2} cases: causal and not, 1, 2 and 4 heads, [T, T], [B, T, T] and padding masks, dropout, " \
+           "float64 and meta"
 
 
 def _check_dropout(cls):

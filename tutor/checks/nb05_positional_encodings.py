@@ -5,7 +5,7 @@ import torch.nn as nn
 
 from tutor import reference as ref
 from tutor.checks import beside
-from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights
+from tutor.checks.compare import expect_close, expect_tensor, kind_cases, load_reference_weights
 from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details
 
 __all__ = ["sinusoidal_encoding", "PositionalEmbedding", "apply_rope"]
@@ -201,7 +201,9 @@ def PositionalEmbedding(cls):
         got = call(module, x, what="forward(x) with a bfloat16 x")
         expect_close(got, reference(x), "the output for a bfloat16 input", atol=2e-2, rtol=2e-2,
                      hint="keep the input's dtype: x + self.weight[:T].to(x.dtype)")
-    return "init std 0.02, 5 inputs, gradients reach the table"
+    kind_cases(module, (torch.randn(2, 5, d_model),), reference, f"forward(x) with x of shape [2, 5, {d_model}]",
+               module=True)
+    return "init std 0.02, 5 inputs, gradients reach the table, bfloat16, float64 and meta"
 
 
 # --- apply_rope -------------------------------------------------------------------------------
@@ -356,4 +358,8 @@ def apply_rope(fn):
                                hint="compute in float32 if you like, but return the input's dtype: result.to(x.dtype)")
             expect_close(got, expected, "the rotated x", atol=1e-4, rtol=rtol,
                          mistakes=_rope_mistakes(x, positions, 10000.0), hint=_rope_hint(got, x))
-    return "{cases} cases: absolute positions, theta, T = 1, bfloat16 and float16"
+    kind_cases(fn, (torch.randn(2, 3, 5, 8),), ref.apply_rope, "apply_rope(x [2, 3, 5, 8]), default positions",
+               atol=1e-4)
+    kind_cases(fn, (torch.randn(2, 5, 8), torch.arange(3, 8)), ref.apply_rope,
+               "apply_rope(x [2, 5, 8], positions = arange(3, 8))", atol=1e-4)
+    return "{cases} cases: absolute positions, theta, T = 1, bfloat16, float16, float64 and meta"

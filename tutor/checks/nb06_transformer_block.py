@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from tutor import reference as ref
 from tutor.checks.common import rms_norm_centred, rms_norm_without_eps, swiglu_gate_on_w3
-from tutor.checks.compare import expect_close, expect_tensor, load_reference_weights, shape_text
+from tutor.checks.compare import expect_close, expect_tensor, kind_cases, load_reference_weights, shape_text
 from tutor.checks.harness import Mismatch, at, build, call, case, check
 
 __all__ = ["LayerNorm", "RMSNorm", "MLP", "SwiGLU", "TransformerBlock"]
@@ -228,7 +228,8 @@ def _check_norm(cls, name, make_reference, mistakes_of, init):
             expect_close(got.float(), expected.float(), f"the output of {name} in bfloat16",
                          hint=HALF_HINT[name] + " (convert the weights with .float() too)",
                          **half_tolerance(torch.bfloat16))
-    return "{cases} cases, including eps, float16 and bfloat16"
+    kind_cases(norm, (torch.randn(2, 4, 16),), reference, f"{name.lower()}(x) with x of shape [2, 4, 16]", module=True)
+    return "{cases} cases, including eps, float16, bfloat16, float64 and meta"
 
 
 def _with_eps(module, eps):
@@ -391,7 +392,8 @@ def MLP(cls):
                 raise Mismatch("the numbers dropout keeps are not scaled by 1 / (1 - p)",
                                hint="use nn.Dropout(p) (it scales the kept numbers for you) "
                                     "instead of a hand-made mask")
-    return "{cases} cases: d_hidden default, exact GELU, dropout after proj"
+    kind_cases(mlp, (torch.randn(2, 5, 16),), reference, "mlp(x) with x of shape [2, 5, 16]", module=True)
+    return "{cases} cases: d_hidden default, exact GELU, dropout after proj, float64 and meta"
 
 
 # --- SwiGLU ----------------------------------------------------------------------------------
@@ -454,7 +456,8 @@ def SwiGLU(cls):
             x = torch.randn(3, 4, 12)
             got = call(m2, x.clone(), what="swiglu(x)")
             expect_close(got, reference2(x), "the SwiGLU output", mistakes=_swiglu_mistakes(reference2, x))
-    return "{cases} cases"
+    kind_cases(m, (torch.randn(2, 5, 16),), reference, "swiglu(x) with x of shape [2, 5, 16]", module=True)
+    return "{cases} cases, float64 and meta"
 
 
 # --- TransformerBlock ----------------------------------------------------------------------
@@ -652,4 +655,7 @@ def TransformerBlock(cls):
                 ("the attention has d_model // n_heads heads: pass n_heads itself, "
                  "MultiHeadAttention(d_model, n_heads, ...), not the width of a head", lambda: swapped(x)),
             ] + _block_mistakes(reference3, x, None))
-    return "{cases} cases, with and without a padding mask, causal, dropout in each part, 2 and 4 heads"
+    kind_cases(block, (torch.randn(3, 6, 16), padding[:, None, :]), reference,
+               "block(x, mask) with x [3, 6, 16] and a padding mask [3, 1, 6]", module=True)
+    return "{cases} cases, with and without a padding mask, causal, dropout in each part, 2 and 4 heads, float64 " \
+           "and meta"

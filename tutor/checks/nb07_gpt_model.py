@@ -8,7 +8,7 @@ import torch.nn as nn
 from tutor import reference as ref
 from tutor.checks import beside
 from tutor.checks.common import frequencies_close, top_k_probs
-from tutor.checks.compare import expect_close, load_reference_weights
+from tutor.checks.compare import as_kind, expect_close, kind_cases, learner_as_kind, load_reference_weights
 from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details, seed
 
 __all__ = ["GPT", "generate"]
@@ -293,7 +293,8 @@ def _check_gpt(cls):
     with case("dropout: GPTConfig(dropout=0.5), blocks that add nothing"):
         _check_dropout(cls)
     _init_statistics(cls)
-    return "6 forward cases, dropout, initialisation statistics, untied head"
+    kind_cases(model, (torch.randint(1, V, (2, 5)),), reference, "model(ids) with ids [2, 5]", module=True)
+    return "6 forward cases, dropout, initialisation statistics, untied head, float64 and meta"
 
 
 def _randomise(model):
@@ -535,7 +536,11 @@ def _check_generate(fn):
         if not gpt.training:
             raise Mismatch("generate left the GPT in eval mode; it was in train mode before",
                            hint="remember was_training = model.training, and call model.train(was_training) at the end")
-    return "shape, context crop, train/eval mode, no_grad, 7 sampling distributions, ties"
+    ids = torch.randint(0, config.vocab_size, (2, 3))
+    kind_cases(fn, lambda kind: ((learner_as_kind(gpt, kind), as_kind(ids, kind), 3, 1.0, 1),
+                                 (as_kind(reference, kind), as_kind(ids, kind), 3, 1.0, 1)),
+               ref.generate, "generate(a GPT, ids [2, 3], 3 new tokens, top_k=1)", atol=0, rtol=0)
+    return "shape, context crop, train/eval mode, no_grad, 7 sampling distributions, ties, float64 and meta"
 
 
 def _expect_same_ids(out, expected, T0, table=None, max_len=None):

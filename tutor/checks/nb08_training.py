@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from tutor import reference as ref
 from tutor.checks import beside
-from tutor.checks.compare import expect_close, first_difference
+from tutor.checks.compare import expect_close, first_difference, kind_cases
 from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, error_details, seed, twin
 from tutor.data import NamesDataset, collate, make_loader
 
@@ -138,7 +138,9 @@ def lm_loss(fn):
         _run_loss(fn, logits, y, ignore, "large", hint=(
             "log(softmax(x)) gives log(0) = -inf when a probability underflows: compute log-probabilities with "
             "F.log_softmax or use F.cross_entropy, which are stable"))
-    return "{cases} cases, padding ignored, gradients match"
+    kind_cases(fn, (torch.randn(3, 6, V), _padded_targets(3, 6, V, ignore, [6, 4, 2]), ignore), ref.lm_loss,
+               "lm_loss(logits [3, 6, 28], targets [3, 6], ignore_index=27)")
+    return "{cases} cases, padding ignored, gradients match, float64 and meta"
 
 
 # --- lr_schedule ---------------------------------------------------------------------------

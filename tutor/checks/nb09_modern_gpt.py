@@ -18,7 +18,17 @@ from tutor.checks.common import (
     swiglu_gate_on_w3,
     top_k_probs,
 )
-from tutor.checks.compare import expect_close, load_reference_weights
+from tutor.checks.compare import (
+    KIND_LABELS,
+    KINDS,
+    as_kind,
+    expect_close,
+    expect_kind,
+    kind_cases,
+    learner_as_kind,
+    load_reference_weights,
+    reads_values,
+)
 from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details, seed
 
 __all__ = ["KVCache", "RotaryAttention", "ModernBlock", "ModernGPT", "generate_cached"]
@@ -251,7 +261,17 @@ def RotaryAttention(cls):
                 expect_close(got[0], reference(x[:, :3]), "the output of forward")
             expect_close(torch.cat(got, 1), reference(x), "the outputs with layer=1, concatenated along T",
                          atol=1e-5, rtol=1e-4, hint=CACHE_HINT)
-    return "3 inputs, theta, a cache fed in 3 chunks, layer=1"
+    with torch.no_grad():
+        kind_cases(attn, (torch.randn(2, 6, D),), reference, "attn(x) with x [2, 6, 16]", module=True)
+        kind_cases(attn, _with_cache(torch.randn(2, 6, D), 1, 0), reference,
+                   "attn(x, None, cache, 0) with x [2, 6, 16] and an empty KVCache(1)", module=True)
+    return "3 inputs, theta, a cache fed in 3 chunks, layer=1, float64 and meta"
+
+
+def _with_cache(x, n_layers, *rest):
+    """``kind_cases``' inputs for ``forward(x, None, cache, *rest)``: x in the kind, a fresh cache on each side."""
+    return lambda kind: ((as_kind(x, kind), None, at(ref.KVCache)(n_layers), *rest),
+                         (as_kind(x, kind), None, ref.KVCache(n_layers), *rest))
 
 
 # --- the cache ------------------------------------------------------------------------------
@@ -351,7 +371,26 @@ def KVCache(cls):
                             "layer: the least over layers"],
                            hint="return min(the length of each layer's keys, 0 for a layer with none); "
                                 "ModernGPT reads it before its blocks run")
-    return "appending, per-layer storage, length as the least over layers, independent caches"
+    for kind in KINDS:  # the stored keys follow the new ones: a buffer made on the CPU in float32 does not
+        with case(f"a KVCache(1) fed k, v of 4 then 1 positions {KIND_LABELS[kind]}"):
+            kinded = build_cache(cls, 1)
+            for k, v in ((k1, v1), (k2, v2)):
+                k, v = as_kind(k, kind), as_kind(v, kind)
+                try:
+                    out = call(at(beside.like_a_gpu), kinded.update, 0, k, v,
+                               what=f"cache.update(0, k, v) with k, v {KIND_LABELS[kind]}")
+                except LearnerError as e:
+                    if kind == "meta" and reads_values(e.error):
+                        break
+                    raise
+                if not isinstance(out, (tuple, list)) or len(out) != 2:
+                    raise Mismatch("update should return a pair (k_all, v_all)", [f"got {type(out).__name__}"])
+            else:
+                held = torch.cat([as_kind(k1, kind), as_kind(k2, kind)], dim=-2)
+                expect_kind(out[0], held, f"k_all {KIND_LABELS[kind]}", kind)
+                expect_kind(out[1], torch.cat([as_kind(v1, kind), as_kind(v2, kind)], dim=-2),
+                            f"v_all {KIND_LABELS[kind]}", kind)
+    return "appending, per-layer storage, length as the least over layers, independent caches, float64 and meta"
 
 
 def build_cache(cls, n_layers):
@@ -525,7 +564,9 @@ def ModernBlock(cls):
             for (a, b), g, e in zip([(0, 4), (4, 5)], got, expected):
                 expect_close(g, e, f"the output for x[:, {a}:{b}]", atol=1e-5, rtol=1e-4,
                              hint="pass positions, cache and layer on to attn unchanged")
-    return "3 inputs, theta, a cache at layer 1"
+    with torch.no_grad():
+        kind_cases(block, (torch.randn(2, 6, D),), reference, "block(x) with x [2, 6, 16]", module=True)
+    return "3 inputs, theta, a cache at layer 1, float64 and meta"
 
 
 # --- the modern GPT -----------------------------------------------------------------------------
@@ -685,7 +726,12 @@ def ModernGPT(cls):
         _build_gpt(cls, config40, "ModernGPT(ModernConfig(..., d_hidden=40))")
     _gpt_theta(cls)
     _init_statistics(cls)
-    return "4 inputs, a cache fed in 4 calls, d_hidden, theta, initialisation statistics"
+    with torch.no_grad():
+        kind_cases(model, (torch.randint(0, V, (2, 5)),), reference, "model(ids) with ids [2, 5]", module=True)
+        kind_cases(model, _with_cache(torch.randint(0, V, (2, 5)), config.n_layers), reference,
+                   "model(ids, None, cache) with ids [2, 5] and an empty KVCache", module=True,
+                   atol=1e-4, rtol=1e-4)
+    return "4 inputs, a cache fed in 4 calls, d_hidden, theta, initialisation statistics, float64 and meta"
 
 
 def _gpt_theta(cls):
@@ -915,5 +961,17 @@ def generate_cached(fn):
             else:
                 hint = "sample from softmax(logits[:, -1, :] / temperature) after the top-k filter, as generate does"
             raise Mismatch("the sampled tokens do not follow softmax(logits / temperature)", details, hint=hint)
-    return "same tokens as generate, one position per new token, max_len, modes, 3 distributions" + (
-        f"; {note}" if note else "")
+    config = ref.ModernConfig(vocab_size=13, max_len=16, d_model=16, n_heads=2, n_layers=2)
+    reference = ref.ModernGPT(config)
+    model = at(ref.ModernGPT)(config)
+    model.load_state_dict(reference.state_dict())
+    kind_cases(fn, _generating(model, reference, torch.randint(0, 13, (2, 3))), ref.generate_cached,
+               "generate_cached(a ModernGPT, ids [2, 3], 3 new tokens, top_k=1)", atol=0, rtol=0)
+    return "same tokens as generate, one position per new token, max_len, modes, 3 distributions, float64 and " \
+           "meta" + (f"; {note}" if note else "")
+
+
+def _generating(model, reference, ids):
+    """``kind_cases``' inputs for ``generate(model, ids, 3, 1.0, 1)`` (greedy: the same tokens in float64)."""
+    return lambda kind: ((learner_as_kind(model, kind), as_kind(ids, kind), 3, 1.0, 1),
+                         (as_kind(reference, kind), as_kind(ids, kind), 3, 1.0, 1))
