@@ -18,7 +18,10 @@ is never lost to one mistake. The sections, each measured in this one run on thi
 4. notebook 08's GPU preset on the names: loss excluding the first letter, time, peak memory;
 5. ``torchrun --nproc-per-node 1 -m tutor.scale``: the data-parallel path (NCCL on a GPU, Gloo on a CPU), one process;
 6. the KV cache: generation with and without it on notebook 09's ModernGPT, and GPT-2 small's shape (random weights)
-   generating 64 tokens: tokens/s (after a few untimed tokens) and memory.
+   generating 64 tokens: tokens/s (after a few untimed tokens) and memory;
+7. Colab's T4 stood in for: notebook 10's GPU preset (600 steps) and notebook 08's (a quarter of its steps) with
+   float16 and loss scaling forced, the path a T4 gets (``tutor.train.precision``): the loss falls, the step time,
+   the MFU of that path here, and the T4's time for each whole preset estimated from its FLOPs and 65 TFLOP/s.
 
 ``--tiny`` shrinks every run to a few steps (and the models of section 6), so that CI proves the code runs on a CPU;
 its figures mean nothing.
@@ -260,6 +263,67 @@ def torchrun_section(device, tiny):
             "log": lines}
 
 
+T4_TFLOPS = 65.0  # Colab's free T4: dense float16 on its tensor cores (the data sheet); no bfloat16 in hardware
+T4_STEPS = 600  # the stand-in's steps: enough for a steady step time, short for a GPU window
+
+
+def t4_section(device, tiny):
+    """Colab's T4 stands in: notebook 10's GPU preset with float16 and loss scaling forced (``config.half``), the path
+    ``tutor.train.precision`` chooses on a T4 (compute capability 7.5), trained for ``T4_STEPS`` steps on this GPU.
+    Its steady step gives the MFU of this path here, in float16; the T4's time for the whole preset is then estimated
+    as its FLOPs over 65 TFLOP/s at that MFU (a T4 is slower and less launch-bound, so its MFU is if anything
+    higher: the estimate is an upper bound in that respect)."""
+    text_data = data.shakespeare_data(verbose=False)
+    full = long_run.preset("gpu", "cuda")
+    config = replace(full, half="float16", steps=T4_STEPS, eval_every=200, checkpoint_every=0)
+    if tiny:
+        config = replace(long_run.PRESETS["tiny"], bf16=True, half="float16", steps=6, eval_every=2, eval_batches=2)
+    precision = tr.choose_precision(config, device)
+    reset_memory(device)
+    clock = TimeToTarget(10.0)
+    with tempfile.TemporaryDirectory() as folder:
+        run = long_run.train(config, text_data=text_data, device=device, out_dir=folder, progress=False, plot=clock,
+                             seconds=None if tiny else SHAKESPEARE_CAP_S)
+    steady = steady_step_seconds(clock.points)
+    fpt = ref.flops_per_token(sum(p.numel() for p in run.model.parameters()), config.n_layers, config.d_model,
+                              config.block_size)
+    tokens = config.batch_size * config.block_size
+    peak, peak_note = tr.peak_flops(device, dtype=torch.float16)
+    mfu = tokens * fpt / steady / peak if steady else None
+    total_flops = full.steps * tokens * fpt
+    return {"precision": precision.describe(), "steps": run.step, "val_points": clock.points,
+            "final_val": run.history.val_loss[-1], "ms_per_step": steady * 1000 if steady else None,
+            "mfu_fp16_here": mfu, "mfu_of": peak_note,
+            "preset_tflop": total_flops / 1e12,
+            "t4_seconds_at_full_mfu": total_flops / (T4_TFLOPS * 1e12),
+            "t4_seconds_at_this_mfu": total_flops / (T4_TFLOPS * 1e12 * mfu) if mfu else None,
+            "peak_memory_gib": peak_memory(device)}
+
+
+def names_fp16_section(device, tiny):
+    """Notebook 08's GPU preset with float16 and loss scaling forced (the T4's path), for a quarter of its steps: the
+    loss is finite and falls, and how long a step takes."""
+    import train_names
+
+    names = train_names.load()
+    train_names_, val_names = data.split_names(names, val_fraction=0.1, seed=0)
+    val_loader = data.make_loader(val_names, batch_size=512, shuffle=False)
+    full = tr.config_for(device)
+    config = train_names.with_steps(replace(full, half="float16", bf16=True), full.steps // 4)
+    if tiny:
+        config = train_names.with_steps(replace(config, compile=False, batch_size=32, eval_every=5), 10)
+    reset_memory(device)
+    run = train_names.train(config, device, train_names_, val_loader)
+    fpt = ref.flops_per_token(sum(p.numel() for p in tr.make_model(config, "cpu").parameters()), config.n_layers,
+                              config.d_model, 16)
+    return {"precision": tr.choose_precision(config, device).describe(), "steps": config.steps,
+            "seconds": run["seconds"], "ms_per_step_overall": run["seconds"] / config.steps * 1000,
+            "val_excluding_first": run["excl"], "val_all": run["all"],
+            "full_preset_tflop": full.steps * full.batch_size * 16 * fpt / 1e12,
+            "t4_seconds_at_full_mfu": full.steps * full.batch_size * 16 * fpt / (T4_TFLOPS * 1e12),
+            "peak_memory_gib": peak_memory(device)}
+
+
 def generation_section(device, tiny):
     def tokens_per_second(fn, model, prompt, n):
         """Tokens/s of ``fn`` making ``n`` tokens, after a few untimed tokens: the first calls on a GPU load kernels
@@ -296,7 +360,8 @@ def generation_section(device, tiny):
 
 
 SECTIONS = [("device", device_section), ("shakespeare", shakespeare_section), ("nanogpt", nanogpt_section),
-            ("names", names_section), ("torchrun", torchrun_section), ("generation", generation_section)]
+            ("names", names_section), ("torchrun", torchrun_section), ("generation", generation_section),
+            ("t4", t4_section), ("names_fp16", names_fp16_section)]
 
 
 # --- the report ---------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ one job per module.
 | ``presets`` | every preset: ``CPU_CONFIG``, ``GPU_CONFIG``, ``config_for``; ``SHAKESPEARE_PRESETS``; ``CHAR_CONFIG`` |
 | ``models`` | ``BigramModel`` (baseline), ``make_model``, ``use_fused_kernels``, ``PackedNames``, ``AutocastBF16`` |
 | ``optim`` | ``make_optimizer``: AdamW, or ``MuonAdamW`` for the ``block_matrices`` |
+| ``precision`` | ``choose_precision``: bfloat16, float16 with loss scaling or float32, and compile, by device |
 | ``loop`` | ``fit``, ``Hooks`` (what a longer run plugs in), ``History``, ``accumulate_step`` (accumulation, DDP) |
 | ``validation`` | ``position_losses``, ``val_losses``, ``losses_from_positions``; ``mean_loss`` over a long text |
 | ``progress_bar`` | the bar, ``expected_seconds``, ``format_duration``, ``time_report`` (is this machine slow?) |
@@ -58,6 +59,8 @@ from tutor.train.models import (
     use_fused_kernels,
 )
 from tutor.train.optim import MuonAdamW, block_matrices, make_optimizer
+from tutor.train.precision import Autocast, Precision, ScaledBackward, ScaledOptimizer
+from tutor.train.precision import choose as choose_precision
 from tutor.train.presets import CPU_CONFIG, GPU_CONFIG, config_for
 from tutor.train.progress_bar import (
     CPU_SECONDS_PER_STEP,
@@ -79,6 +82,8 @@ __all__ = [
     # models
     "BigramModel", "model_class", "make_model", "use_fused_attention", "use_fused_kernels", "PackedNames",
     "AutocastBF16",
+    # precision
+    "Precision", "choose_precision", "Autocast", "ScaledBackward", "ScaledOptimizer",
     # optim
     "MuonAdamW", "block_matrices", "make_optimizer",
     # loop

@@ -25,7 +25,10 @@ class TrainConfig:
     clip: float = 1.0
     eval_every: int = 200  # steps between two evaluations on ``eval_batches`` validation batches
     eval_batches: int = 10
-    bf16: bool = False  # run the forward pass under torch.autocast(dtype=torch.bfloat16) (CUDA or CPU)
+    # mixed precision: the forward pass under torch.autocast in a half type the device has in hardware (bfloat16 from
+    # compute capability 8.0, float16 with loss scaling on 7.x; tutor.train.precision decides and says why)
+    bf16: bool = False
+    half: str = "auto"  # with bf16: "auto", or force "bfloat16" or "float16" (a T4's float16 on another GPU or a CPU)
     compile: bool = False  # torch.compile the model (CUDA or CPU; its compile time counts in a run's wall time)
     # threads for training on a CPU: a number, None (PyTorch's default, one per core), or "auto" (``ThreadChooser``:
     # the fastest of 1, 2, 4, ... measured while training, again every few hundred steps); see fit

@@ -31,6 +31,8 @@ from tutor.train.loop import History, Hooks, accumulate_step, fit
 from tutor.train.metrics import peak_flops
 from tutor.train.models import make_model
 from tutor.train.optim import make_optimizer
+from tutor.train.precision import ScaledOptimizer
+from tutor.train.precision import choose as choose_precision
 from tutor.train.sampling import seeded
 from tutor.train.streams import RandomWindows, fixed_batches
 from tutor.train.threads import cpu_cores
@@ -146,6 +148,9 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
                                     if k not in ("steps", "checkpoint_every", "cpu_threads", "compile")})
     model = make_model(config, device)
     optimizer = make_optimizer(model, config)
+    precision = choose_precision(config, device)
+    if precision.scaled:  # float16: the loss scaler is part of the optimizer's state, saved and resumed with it
+        optimizer = ScaledOptimizer(optimizer, torch.amp.GradScaler(device.type))
     stream = RandomWindows(text_data.train, config.block_size, config.batch_size, seed=config.seed, rank=d.rank,
                            accum_steps=config.grad_accum, device=device)
     val_batches = fixed_batches(text_data.val, config.block_size, config.eval_batch_size or config.batch_size,
@@ -173,7 +178,7 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
     if device.type == "cpu" and isinstance(config.cpu_threads, int):  # fit sets it too; peak_flops reads it here
         torch.set_num_threads(config.cpu_threads)
     # the peak of all processes together, in the precision the matrix products run in
-    peak, peak_note = peak_flops(device, peak_tflops, dtype=torch.bfloat16 if config.bf16 else torch.float32,
+    peak, peak_note = peak_flops(device, peak_tflops, dtype=precision.autocast or torch.float32,
                                  processes=d.world_size)
 
     out_dir = Path(out_dir) if out_dir is not None else None
@@ -237,7 +242,7 @@ def train(config: ScaleConfig, *, text_data=None, device=None, out_dir=None, res
         save(state["step"], history)
     tps, u = speed(history)
     if u > 1.0 and device.type == "cpu" and not peak_tflops:  # the cached peak was measured on a busy machine
-        peak, peak_note = peak_flops(device, None, dtype=torch.bfloat16 if config.bf16 else torch.float32,
+        peak, peak_note = peak_flops(device, None, dtype=precision.autocast or torch.float32,
                                      processes=d.world_size, refresh=True)
         tps, u = speed(history)
     return RunResult(model, history, config, vocab, state["step"], state["stopped"], tps, u, peak_note,

@@ -17,8 +17,10 @@ from torch.nn.parallel import DistributedDataParallel
 from tutor.reference.characters import PAD_Y
 from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step
 from tutor.train.config import TrainConfig
-from tutor.train.models import AutocastBF16, PackedNames
+from tutor.train.models import PackedNames
 from tutor.train.optim import make_optimizer
+from tutor.train.precision import Autocast, ScaledBackward, ScaledOptimizer, say_once
+from tutor.train.precision import choose as choose_precision
 from tutor.train.progress_bar import (
     TIMING_STEPS,
     PlainProgress,
@@ -78,7 +80,8 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     ``step_fn``, ``eval_fn`` and ``lr_fn`` default to ``train_step``, ``evaluate`` and
     ``lr_schedule``; the notebook passes the learner's own. ``plot`` (optional) has an
     ``update(history)`` method called after every evaluation (see ``tutor.viz.training.LivePlot``).
-    ``config.bf16`` and ``config.compile`` act on CUDA and on a CPU (the presets switch them on where they pay).
+    ``config.bf16`` (mixed precision) and ``config.compile`` act as the device allows (``tutor.train.precision``:
+    bfloat16 on GPUs of capability 8.0 and up, float16 with loss scaling on 7.x, compile where Inductor runs).
     With ``config.packed`` (batches from ``tutor.data.make_packed_loader``), the step and the evaluation get
     the model wrapped in ``PackedNames``.
 
@@ -91,8 +94,12 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     lr_fn = lr_fn or lr_schedule
     hooks = hooks or Hooks()
     device = next(model.parameters()).device
+    precision = choose_precision(config, device)
     optimizer = hooks.optimizer or make_optimizer(model, config)
-    runner = _runner(model if hooks.runner is None else hooks.runner, config, device)
+    if precision.scaled and not isinstance(optimizer, ScaledOptimizer):
+        optimizer = ScaledOptimizer(optimizer, torch.amp.GradScaler(device.type))
+    scaler = optimizer.scaler if isinstance(optimizer, ScaledOptimizer) else None
+    runner = _runner(model if hooks.runner is None else hooks.runner, config, device, precision, scaler)
     history = hooks.history if hooks.history is not None else History()
     start_step, seconds_before = hooks.start_step, history.seconds
     batches = train_loader if hasattr(train_loader, "__next__") else _batches(train_loader)
@@ -100,6 +107,8 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     # The calibrated time is for the preset's GPT; another model (notebook 09's ModernGPT) gets no figure.
     expected = expected_seconds(config, device) if preset_sized(model, config) else None
     bar = progress_bar(config.steps, start_step, expected) if progress else None
+    if progress and (device.type != "cpu" or config.bf16 or config.compile):  # a plain CPU run: nothing to say
+        say_once(precision)
     label = None if expected is None else f"expected {format_duration(expected)}"
     shown = bar.desc if bar is not None else None
 
@@ -133,7 +142,10 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
             if chooser is not None:
                 chooser.before_step(step)
                 step_start = time.perf_counter()
-            loss = step_fn(runner, batch, optimizer, ignore_index, clip=config.clip)
+            clip = config.clip
+            if scaler is not None and clip is not None:  # the gradients arrive scaled: clip them at the same scale
+                clip = clip * scaler.get_scale()
+            loss = step_fn(runner, batch, optimizer, ignore_index, clip=clip)
             if chooser is not None:
                 chooser.after_step(step, time.perf_counter() - step_start)
                 history.cpu_threads = chooser.threads
@@ -184,15 +196,17 @@ def fit(model, train_loader, val_loader, config: TrainConfig, *, step_fn=None, e
     return history
 
 
-def _runner(runner, config, device):
-    """What the step and the evaluation call: ``runner`` wrapped for packed rows, bf16 autocast and compile, as
-    ``config`` asks."""
+def _runner(runner, config, device, precision, scaler=None):
+    """What the step and the evaluation call: ``runner`` wrapped for packed rows, autocast, compile and float16's
+    loss scaling, as ``config`` asks and the device allows (``precision``)."""
     if getattr(config, "packed", False):
         runner = PackedNames(runner)
-    if config.bf16 and device.type in ("cuda", "cpu"):
-        runner = AutocastBF16(runner, device.type)
-    if config.compile and device.type in ("cuda", "cpu"):
+    if precision.autocast is not None:
+        runner = Autocast(runner, device.type, precision.autocast)
+    if precision.compile:
         runner = torch.compile(runner)
+    if scaler is not None:
+        runner = ScaledBackward(runner, scaler)
     return runner
 
 

@@ -130,14 +130,20 @@ def peak_flops(device, override_tflops=None, *, dtype=torch.float32, processes: 
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        measured = measure_matmul_flops(device, torch.bfloat16, size=8192, seconds=0.5)
-        beside = f"; a bf16 matmul measured here: {measured / 1e12:.0f} TFLOP/s"
+        # the table's figures are the dense half-precision tensor-core peak (bfloat16 from capability 8.0; float16 on
+        # the V100 and T4, which have no bfloat16 in hardware): measure in the half type the run uses
+        half = dtype if dtype in (torch.bfloat16, torch.float16) else (
+            torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16)
+        kind = "bf16" if half == torch.bfloat16 else "fp16"
+        measured = measure_matmul_flops(device, half, size=8192, seconds=0.5)
+        beside = f"; a {kind} matmul measured here: {measured / 1e12:.0f} TFLOP/s"
         if "H100" in name and "PCIe" in name:
-            return 756e12 * processes, f"{many}{name} (table, bf16 dense: 756 TFLOP/s{beside})"
+            return 756e12 * processes, f"{many}{name} (table, half-precision dense: 756 TFLOP/s{beside})"
         for key, tflops in PEAK_TFLOPS.items():
             if key in name:
-                return tflops * 1e12 * processes, f"{many}{name} (table, bf16 dense: {tflops:g} TFLOP/s{beside})"
-        return measured * processes, (f"{many}{name}: not in the table, the measured bf16 matmul "
+                return tflops * 1e12 * processes, (f"{many}{name} (table, half-precision dense: {tflops:g} "
+                                                   f"TFLOP/s{beside})")
+        return measured * processes, (f"{many}{name}: not in the table, the measured {kind} matmul "
                                       f"({measured / 1e12:.0f} TFLOP/s)")
     threads = torch.get_num_threads()
     peak = cpu_peak_flops(dtype, threads, refresh=refresh)

@@ -12,6 +12,7 @@ from tutor.reference.attention import MultiHeadAttention
 from tutor.reference.characters import PAD_X, PAD_Y, encode, vocab_size
 from tutor.reference.layers import LayerNorm
 from tutor.reference.model import GPT, GPTConfig, ModernConfig, ModernGPT
+from tutor.train.precision import Autocast
 
 
 class BigramModel(nn.Module):
@@ -108,21 +109,10 @@ class PackedNames(nn.Module):
         return self.model(ids, mask=same_name_mask(ids), positions=name_positions(ids))
 
 
-class AutocastBF16(nn.Module):
-    """Wraps a model so that its forward pass runs under bf16 autocast (on CUDA, or on a CPU: ``device_type``).
-
-    The parameters stay float32 (the optimizer updates them in full precision); matrix products
-    run in bfloat16. The logits are returned in float32, so the loss (computed outside the
-    autocast region, by ``train_step`` or ``evaluate``) is computed in full precision.
-    """
+class AutocastBF16(Autocast):
+    """``Autocast`` in bfloat16 (on CUDA, or on a CPU: ``device_type``): the parameters stay float32, matrix products
+    run in bfloat16, the logits come back in float32. ``fit`` picks the half type by device (``tutor.train.precision``);
+    this is the wrapper notebook 10 times by hand."""
 
     def __init__(self, model, device_type: str = "cuda"):
-        super().__init__()
-        self.model = model
-        self.device_type = device_type
-        self.config = getattr(model, "config", None)
-
-    def forward(self, *args, **kwargs):
-        with torch.autocast(device_type=self.device_type, dtype=torch.bfloat16):
-            logits = self.model(*args, **kwargs)
-        return logits.float()
+        super().__init__(model, device_type, torch.bfloat16)
