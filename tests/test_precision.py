@@ -160,3 +160,19 @@ def test_the_choice_is_printed_once(capsys):
     pr.say_once(chosen)
     pr.say_once(chosen)
     assert capsys.readouterr().out.count("precision: float16 autocast with loss scaling") == 1
+
+
+def test_a_float16_run_saves_its_scaler_and_resumes_with_it(tmp_path):
+    from tutor import data
+    from tutor.train import long_run
+    from tutor.train.checkpoint import load_training_state
+
+    text = data.shakespeare_data(verbose=False)
+    config = replace(long_run.PRESETS["tiny"], bf16=True, half="float16", steps=6, eval_every=3)
+    first = long_run.train(config, text_data=text, device="cpu", out_dir=tmp_path, progress=False, stop_after=3)
+    saved = load_training_state(tmp_path / "last.pt")
+    assert first.stopped_early and saved["step"] == 3
+    assert saved["optimizer"]["scaler"]["scale"] > 0  # the factor, with the optimizer's state
+    second = long_run.train(config, text_data=text, device="cpu", out_dir=tmp_path, progress=False,
+                            resume=tmp_path / "last.pt")
+    assert second.step == 6 and all(torch.isfinite(torch.tensor(second.history.train_loss)))
