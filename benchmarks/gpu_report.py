@@ -18,10 +18,13 @@ is never lost to one mistake. The sections, each measured in this one run on thi
 4. notebook 08's GPU preset on the names: loss excluding the first letter, time, peak memory;
 5. ``torchrun --nproc-per-node 1 -m tutor.scale``: the data-parallel path (NCCL on a GPU, Gloo on a CPU), one process;
 6. the KV cache: generation with and without it on notebook 09's ModernGPT, and GPT-2 small's shape (random weights)
-   generating 64 tokens: tokens/s (after a few untimed tokens) and memory;
+   generating 64 tokens: tokens/s (after a few untimed tokens) and memory; and GPT-2 small's shape with the fixed-size
+   cache and one compiled decoding step (``tutor.train.decoding``, CUDA graphs on a GPU): tokens/s, against the
+   cache's, and whether its greedy tokens equal ``generate_cached``'s;
 7. Colab's T4 stood in for: notebook 10's GPU preset (600 steps) and notebook 08's (a quarter of its steps) with
    float16 and loss scaling forced, the path a T4 gets (``tutor.train.precision``): the loss falls, the step time,
-   the MFU of that path here, and the T4's time for each whole preset estimated from its FLOPs and 65 TFLOP/s.
+   the MFU of that path here, and the T4's time for each whole preset estimated from its FLOPs and 65 TFLOP/s;
+8. notebook 13's path on the device (its base model, a LoRA adaptation, sampling after the instruction, the merge).
 
 ``--tiny`` shrinks every run to a few steps (and the models of section 6), so that CI proves the code runs on a CPU;
 its figures mean nothing.
@@ -57,6 +60,7 @@ from tutor import data  # noqa: E402
 from tutor import reference as ref  # noqa: E402
 from tutor import train as tr  # noqa: E402
 from tutor.train import long_run  # noqa: E402
+from tutor.train.decoding import StaticKVCache, decode, generate_static  # noqa: E402
 
 TARGET = 1.47  # nanoGPT's shakespeare-char recipe: "the best validation loss is 1.4697" (its README)
 NANOGPT_QUOTED = "about 3 minutes on one A100 (nanoGPT's README, quoted, not measured here)"
@@ -263,6 +267,33 @@ def torchrun_section(device, tiny):
             "log": lines}
 
 
+def finetune_section(device, tiny):
+    """Notebook 13's path on this device: the base model, one LoRA adaptation (r = 4, ``WordPositions``), sampling
+    after the instruction, and the merge, each timed (the notebook's sizes, steps cut down)."""
+    from tutor.train import finetune as ft
+
+    names = data.load_names()
+    train_names_, val_names = data.split_names(names, val_fraction=0.1, seed=0)
+    names_val = ft.names_val_loader(val_names)
+    base_steps, adapt_steps = (20, 10) if tiny else (ft.FINETUNE_BASE_CONFIG.steps, ft.FINETUNE_CONFIG.steps)
+    start = time.perf_counter()
+    base, history = ft.train_base(train_names_, names_val, replace(ft.FINETUNE_BASE_CONFIG, steps=base_steps),
+                                  device=device, progress=False)
+    base_s = time.perf_counter() - start
+    instructions = ft.Instructions.of(train_names_)
+    start = time.perf_counter()
+    lora = ft.adapt(base, "LoRA r=4", instructions, names_val, config=replace(ft.FINETUNE_CONFIG, steps=adapt_steps),
+                    per_length=20 if tiny else 100)
+    adapt_s = time.perf_counter() - start
+    merged = ft.merge_all(lora.model)
+    ids = torch.tensor([ref.encode(ft.prompt(5))], device=device)
+    with torch.no_grad():
+        difference = (ft.WordPositions(merged)(ids) - ft.WordPositions(lora.model)(ids)).abs().max().item()
+    return {"base_steps": base_steps, "base_s": base_s, "base_val": history.val_loss[-1], "adapt_steps": adapt_steps,
+            "adapt_and_sample_s": adapt_s, "asked_length": lora.success, "merged_logit_difference": difference,
+            "five_letters": ", ".join(ft.sample_lengths(merged, 5, 8, seed=1))}
+
+
 T4_TFLOPS = 65.0  # Colab's free T4: dense float16 on its tensor cores (the data sheet); no bfloat16 in hardware
 T4_STEPS = 600  # the stand-in's steps: enough for a steady step time, short for a GPU window
 
@@ -355,13 +386,30 @@ def generation_section(device, tiny):
     row["gpt2_shape"] = f"d_model {config.d_model}, {config.n_layers} layers" + (" (tiny)" if tiny else " (small)")
     row["gpt2_cache_tok_s"] = tokens_per_second(ref.generate_cached, gpt2, prompt, new)
     row["gpt2_no_cache_tok_s"] = tokens_per_second(ref.generate, gpt2, prompt, new)
+    # the fixed-size cache and one compiled step (CUDA graphs on a GPU): compiled in the untimed warm-up call
+    cache = StaticKVCache.for_model(gpt2, 1)
+    step = torch.compile(decode, mode="reduce-overhead", fullgraph=True)
+
+    def static(model, ids, n):
+        return generate_static(model, ids, n, step=step, cache=cache)
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        static(gpt2, prompt, 4)
+        static(gpt2, prompt, 4)  # CUDA graphs record on a later call than the first
+    row["gpt2_static_compile_s"] = time.perf_counter() - start
+    row["gpt2_static_compiled_tok_s"] = tokens_per_second(static, gpt2, prompt, new)
+    row["gpt2_static_speedup_vs_cache"] = row["gpt2_static_compiled_tok_s"] / row["gpt2_cache_tok_s"]
+    with torch.no_grad():
+        row["gpt2_static_tokens_equal"] = bool(torch.equal(static(gpt2, prompt, new),
+                                                           ref.generate_cached(gpt2, prompt, new, top_k=1)))
     row["gpt2_peak_memory_gib"] = peak_memory(device)
     return row
 
 
 SECTIONS = [("device", device_section), ("shakespeare", shakespeare_section), ("nanogpt", nanogpt_section),
             ("names", names_section), ("torchrun", torchrun_section), ("generation", generation_section),
-            ("t4", t4_section), ("names_fp16", names_fp16_section)]
+            ("t4", t4_section), ("names_fp16", names_fp16_section), ("finetune", finetune_section)]
 
 
 # --- the report ---------------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ def test_every_section_runs_in_tiny_mode_and_the_report_is_written(tmp_path):
     assert 0 < report["names"]["loader_ms_per_batch"] < report["names"]["ms_per_step_overall"] * 100
     assert report["torchrun"]["backend"] == "Gloo" and any("step 4/4" in line for line in report["torchrun"]["log"])
     assert report["generation"]["modern_speedup"] > 0
+    assert report["generation"]["gpt2_static_tokens_equal"] is True  # compiled, fixed-size cache: the same tokens
+    assert report["finetune"]["merged_logit_difference"] < 1e-4 and 0 <= report["finetune"]["asked_length"] <= 1
     for stand_in in ("t4", "names_fp16"):  # the T4's path: float16 with loss scaling, forced
         assert report[stand_in]["precision"].startswith("float16 autocast with loss scaling")
     assert report["t4"]["steps"] == 6 and report["t4"]["ms_per_step"] > 0 and report["t4"]["preset_tflop"] > 0
