@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from tutor import checks
 from tutor.checks import harness
+from tutor.course import catalog
 from tutor.grading import remote, wire
 from tutor.reference.model import GPTConfig
 
@@ -243,9 +244,25 @@ def test_a_right_answer_that_changes_what_it_was_given_fails_when_graded(monkeyp
         prompt.clear()  # a check that computed its expectation from `prompt` afterwards would be fooled
         return x, y
 
-    assert checks.sft_example(sft_example).passed  # in one process the check does not look
+    alone = checks.sft_example(sft_example)  # notebook 13's check looks itself since issue 43
+    assert alone.status == "failed" and "changed the prompt it was given" in str(alone), str(alone)
     monkeypatch.setenv("TUTOR_CHECK_REMOTE", "1")
     result = checks.sft_example(sft_example)
+    assert result.status == "failed" and "changed" in str(result) and "prompt" in str(result), str(result)
+
+
+def test_a_change_no_check_looks_for_still_fails_when_graded():
+    def grow(ids):
+        ids.append(0)  # the caller's list: a body that never looks again would not notice
+        return len(ids)
+
+    def body(fn):
+        fn([1, 2])
+
+    exercise = catalog.BY_NAME["sft_example"]
+    assert harness._run("sft_example", exercise, body, grow, 10.0).passed  # in one process nothing sees it
+    with remote.forked(grow, 10.0) as (there, peer):
+        result = harness._run("sft_example", exercise, body, there, 10.0, peer)
     assert result.status == "failed" and "changed an input it was given" in str(result), str(result)
 
 
