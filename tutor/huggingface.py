@@ -143,3 +143,112 @@ def lora_against_peft(add_lora_fn=None, merge_fn=None, lora_class=None, *, r: in
             "merged": (merged_mine - merged_theirs).abs().max().item(),
             "update": (theirs_logits - plain).abs().max().item(), "trainable_peft": trainable[0],
             "trainable_course": trainable[1]}
+
+
+# --- notebook 14: attention patterns against transformers' and TransformerLens' -----------------------------------
+
+PATTERN_CONFIG = dict(vocab_size=50, max_len=24, d_model=32, n_heads=4, n_layers=2)
+
+
+def _tiny_gpt2(std: float, seed: int):
+    """A random tiny ``GPT2LMHeadModel`` with eager attention (the one that can return its probabilities)."""
+    model = random_gpt2(GPTConfig.gpt2(**PATTERN_CONFIG), std=std, seed=seed)
+    model.set_attn_implementation("eager")
+    return model
+
+
+def patterns_against_transformers(capture_fn, load_fn=None, *, std: float = 0.3, seed: int = 0,
+                                  verbose: bool = True) -> dict | None:
+    """``capture_fn`` (``capture_patterns``) on a random tiny GPT-2 loaded into the course's GPT with ``load_fn``
+    (notebook 12's ``load_gpt2``) against ``transformers``' own attentions (``output_attentions=True``, eager
+    attention), every layer and head: ``{"largest": ..., "layers": L, "heads": H}``; ``None`` with one line without
+    transformers."""
+    try:
+        hf = _tiny_gpt2(std, seed)
+    except ImportError:
+        _say(f"transformers is not installed ({INSTALL}), so the comparison with it is skipped.", verbose)
+        return None
+    course = (load_fn or load_gpt2)(hf.state_dict(), PATTERN_CONFIG["n_heads"]).eval()
+    ids = torch.randint(0, PATTERN_CONFIG["vocab_size"], (3, 20), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        theirs = hf(ids, output_attentions=True).attentions
+    mine = capture_fn(course, ids)
+    largest = max((m.detach().float() - t.float()).abs().max().item() for m, t in zip(mine, theirs, strict=True))
+    return {"largest": largest, "layers": len(theirs), "heads": theirs[0].shape[1]}
+
+
+def tutorial_induction_scores(pattern: torch.Tensor, n: int) -> torch.Tensor:
+    """ARENA's and TransformerLens' tutorial score of one layer, on ``[BOS] + n tokens + the same n``: the mean of
+    the stripe ``pattern.diagonal(offset=1 - n)`` over the batch and its positions (queries ``n - 1`` to ``2n`` of
+    the ``2n + 1``: the stripe starts two queries before the repeat)."""
+    return pattern.diagonal(dim1=-2, dim2=-1, offset=1 - n).mean(dim=(0, 2))
+
+
+def _tiny_tokenizer(vocab_size: int, folder: str):
+    """A GPT-2 tokenizer of ``vocab_size`` tokens (``<|endoftext|>`` last), saved in ``folder`` (which must stay
+    while it is used): TransformerLens' bridge wants one, and the real one would need a download."""
+    import json
+
+    from transformers import GPT2TokenizerFast
+
+    tokens = {chr(ord("a") + i) if i < 26 else f"t{i}": i for i in range(vocab_size - 1)}
+    tokens["<|endoftext|>"] = vocab_size - 1
+    with open(f"{folder}/vocab.json", "w", encoding="utf-8") as f:
+        json.dump(tokens, f)
+    with open(f"{folder}/merges.txt", "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+    GPT2TokenizerFast(vocab_file=f"{folder}/vocab.json", merges_file=f"{folder}/merges.txt").save_pretrained(folder)
+    return GPT2TokenizerFast.from_pretrained(folder)
+
+
+def against_transformer_lens(capture_fn, score_fn, load_fn=None, *, n: int = 10, std: float = 0.3, seed: int = 0,
+                             verbose: bool = True) -> dict | None:
+    """The same random tiny GPT-2 in TransformerLens (``TransformerBridge`` around ``transformers``' model, no
+    download) and in the course's GPT (``load_fn``): ``run_with_cache``'s ``cache["pattern", layer]`` against
+    ``capture_fn``'s, on ``[BOS] + n random tokens + the same n``. Returns the largest differences of the patterns
+    (``patterns``), of the tutorial's induction score computed on both (``tutorial``), and of ``score_fn`` (the
+    learner's ``induction_scores``) on both, the first position left out (``scores``); with the two scores of the
+    first layer (``tutorial_scores``, ``your_scores``). ``None``, with one line, without transformer-lens."""
+    try:
+        import transformer_lens as tl
+    except ImportError:
+        _say("transformer-lens is not installed (pip install transformer-lens, or the course's [interp] extra), so "
+             "the comparison with TransformerLens is skipped.", verbose)
+        return None
+    from importlib.metadata import version
+
+    if not hasattr(tl, "TransformerBridge"):  # TransformerLens 4 wraps transformers' own model
+        _say(f"transformer-lens {version('transformer-lens')} has no TransformerBridge (version 4 or later has), so "
+             f"the comparison with TransformerLens is skipped.", verbose)
+        return None
+    import copy
+    import logging
+    import tempfile
+
+    hf = _tiny_gpt2(std, seed)
+    course = (load_fn or load_gpt2)(hf.state_dict(), PATTERN_CONFIG["n_heads"]).eval()
+    vocab = PATTERN_CONFIG["vocab_size"]
+    first = torch.randint(0, vocab - 1, (4, n), generator=torch.Generator().manual_seed(seed))
+    ids = torch.cat([torch.full((4, 1), vocab - 1), first, first], dim=1)
+    quiet = logging.getLogger("transformer_lens").level
+    logging.getLogger("transformer_lens").setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory() as folder:
+            warnings.simplefilter("ignore")
+            bridge = tl.TransformerBridge.boot_transformers("gpt2", hf_model=copy.deepcopy(hf),
+                                                            tokenizer=_tiny_tokenizer(vocab, folder),
+                                                            load_weights=False)
+            with torch.no_grad():
+                _, cache = bridge.run_with_cache(ids)
+    finally:
+        logging.getLogger("transformer_lens").setLevel(quiet)
+    theirs = [cache["pattern", layer].detach() for layer in range(PATTERN_CONFIG["n_layers"])]
+    mine = [p.detach() for p in capture_fn(course, ids)]
+    tutorial_theirs = torch.stack([tutorial_induction_scores(p, n) for p in theirs])
+    tutorial_mine = torch.stack([tutorial_induction_scores(p, n) for p in mine])
+    scores_theirs = score_fn([p[:, :, 1:, 1:] for p in theirs], n)
+    scores_mine = score_fn([p[:, :, 1:, 1:] for p in mine], n)
+    return {"patterns": max((m - t).abs().max().item() for m, t in zip(mine, theirs, strict=True)),
+            "tutorial": (tutorial_mine - tutorial_theirs).abs().max().item(),
+            "scores": (scores_mine - scores_theirs).abs().max().item(),
+            "tutorial_scores": tutorial_theirs, "your_scores": scores_mine, "version": version("transformer-lens")}

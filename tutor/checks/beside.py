@@ -125,6 +125,14 @@ def returned_argument(fn, *args, **kwargs):
     return out, next((i for i, arg in enumerate(args) if out is arg), None)
 
 
+def with_graph(fn, *args, **kwargs):
+    """``(out, graphs)``: ``out = fn(*args, **kwargs)`` and whether any tensor in it (or in a list or tuple of them)
+    requires grad, read where ``fn`` ran (the tensors that come back to a check from another process carry none)."""
+    out = fn(*args, **kwargs)
+    items = out if isinstance(out, (list, tuple)) else [out]
+    return out, any(isinstance(t, torch.Tensor) and t.requires_grad for t in items)
+
+
 def sum_backward(fn, *args, **kwargs):
     """``(out, connected)``: ``out = fn(*args, **kwargs)``, then, if it is a tensor that requires grad (``connected``),
     ``out.sum().backward()``: the gradients are then in the ``.grad`` of what ``out`` depends on."""
@@ -381,3 +389,16 @@ class Lines:
         for line in self.lines:
             self.taken += 1
             yield line
+
+
+class PatternCounter:
+    """``pattern_fn`` for ``capture_patterns``: ``fn(attn, x)`` (the model answer, found where this runs), counting
+    its calls; a hook left on the model after ``capture_patterns`` returns shows as calls that go on."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls = 0
+
+    def __call__(self, attn, x):
+        self.calls += 1
+        return self.fn(attn, x)

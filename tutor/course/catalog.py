@@ -69,6 +69,9 @@ NOTEBOOKS = [
     Notebook(13, "13_lora", "Adapting a pretrained model: LoRA and instruction tuning",
              "a LoRA layer, put into a model by name and merged back; the labels of instruction tuning; full "
              "fine-tuning, LoRA and the head alone, side by side", 75, data=("names",)),
+    Notebook(14, "14_induction_heads", "What your model learned: attention patterns, induction heads, ablation",
+             "every layer's attention read with hooks; previous-token and induction scores; an induction head "
+             "watched as it forms; one head ablated, cause shown", 75),
 ]
 
 
@@ -158,6 +161,15 @@ EXERCISES = [
     _ex("sft_example", 13, "sft_example(prompt, response, block_size) -> (x, y): the prompt's targets and the padding "
         "are PAD_Y"),
     _ex("merge_lora", 13, "merge_lora(layer) -> nn.Linear with weight W + (alpha / r) * B @ A, the same bias"),
+    # 14
+    _ex("attention_pattern", 14, "attention_pattern(attn, x [B, T, C]) -> [B, H, T, T]: softmax(q kᵀ / √d_head) "
+        "with the causal mask, each row summing to 1"),
+    _ex("capture_patterns", 14, "capture_patterns(model, ids, pattern_fn) -> list of L patterns [B, H, T, T]: "
+        "forward pre-hooks on model.blocks[i].attn, always removed"),
+    _ex("induction_scores", 14, "induction_scores(patterns, n) -> [L, H]: pattern[b, h, i, i - n + 1] averaged over b "
+        "and i in [n, 2n)"),
+    _ex("ablate_head", 14, "ablate_head(model, ids, layer, head, how='zero'|'mean') -> logits: that head's slice of "
+        "out_proj's input zeroed or averaged over the batch, by a hook; the model unchanged"),
 ]
 
 BY_NAME = {e.name: e for e in EXERCISES}

@@ -14,6 +14,7 @@ Every notebook imports what earlier notebooks taught from here, so it can be ope
 | ``bpe`` | 11 | byte-level byte-pair encoding: ``train_bpe``, ``BPETokenizer``, ``bits_per_byte`` |
 | ``gpt2`` | 12 | GPT-2's weights: ``course_names``, ``to_linear``, ``split_qkv``, ``load_gpt2``, ``gpt2_from_hf`` |
 | ``lora`` | 13 | ``LoRALinear``, ``add_lora``, ``merge_lora``; ``sft_example``, the labels of instruction tuning |
+| ``interpretability`` | 14 | ``attention_pattern``, ``capture_patterns``, ``induction_scores``, ``ablate_head`` |
 """
 
 from tutor.reference.attention import (  # noqa: F401
@@ -62,6 +63,15 @@ from tutor.reference.gpt2 import (  # noqa: F401
     load_gpt2,
     split_qkv,
     to_linear,
+)
+from tutor.reference.interpretability import (  # noqa: F401
+    ablate_head,
+    ablated,
+    attention_pattern,
+    capture_patterns,
+    induction_scores,
+    previous_token_scores,
+    repeated_tokens,
 )
 from tutor.reference.layers import MLP, LayerNorm, ModernBlock, RMSNorm, SwiGLU, TransformerBlock  # noqa: F401
 from tutor.reference.lora import LoRALinear, add_lora, merge_lora, sft_example  # noqa: F401

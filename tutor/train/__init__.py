@@ -19,10 +19,11 @@ one job per module.
 | ``long_run`` | notebook 10's run on a long text: ``train``, ``data_parallel_step``, its ``PRESETS`` |
 | ``bpe_vs_chars`` | notebook 11's payoff: characters against BPE tokens at the same compute |
 | ``finetune`` | notebook 13's payoff: a names model adapted to an instruction by full fine-tuning, LoRA, the head |
+| ``induction`` | notebook 14's experiment: an attention-only model trained until an induction head forms, ablated |
 
 The four things a learner writes in notebook 08 (``lm_loss``, ``lr_schedule``, ``train_step``, ``evaluate``)
 are in ``tutor.reference.training``; ``fit`` uses them unless the notebook passes the learner's own (they are
-re-exported here). ``long_run``, ``bpe_vs_chars`` and ``finetune`` are imported by name
+re-exported here). ``long_run``, ``bpe_vs_chars``, ``finetune`` and ``induction`` are imported by name
 (``from tutor.train import long_run``); everything else is here: ``from tutor.train import fit, CPU_CONFIG``.
 """
 

@@ -18,10 +18,24 @@ every widget displays with a static picture for GitHub, nbviewer and headless ru
 | ``bpe`` | 11 | text coloured by token, merges, compression, bits per byte |
 | ``gpt2`` | 12 | the two GELUs, generation speed with and without the cache, bits per byte |
 | ``lora`` | 13 | LoRA's factors beside the frozen weight, the targets instruction tuning counts, the methods compared |
+| ``interpretability`` | 14 | a head's pattern (and a widget), every head's scores, induction forming, ablation |
 """
 
-from tutor.viz import attention, blocks, bpe, gpt2, heads, lora, masking, model, modern, positional, training
+from tutor.viz import (
+    attention,
+    blocks,
+    bpe,
+    gpt2,
+    heads,
+    interpretability,
+    lora,
+    masking,
+    model,
+    modern,
+    positional,
+    training,
+)
 from tutor.viz.core import WithFallback, figure_png, heatmap, interactive
 
 __all__ = ["heatmap", "interactive", "figure_png", "WithFallback", "core", "attention", "masking", "heads",
-           "positional", "blocks", "model", "training", "modern", "bpe", "gpt2", "lora"]
+           "positional", "blocks", "model", "training", "modern", "bpe", "gpt2", "lora", "interpretability"]
