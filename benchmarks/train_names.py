@@ -156,7 +156,7 @@ runs of the benchmark one after the other:
 The goal line, both runs: "<= 1.77 excluding the first letter within 120 s, mean of 3: 1.766, slowest run 112.9 s
 (117.9 s): met". The candidate takes 1.10 to 1.21 times the preset's time, 2 s under 120 s at its slowest: on this
 machine, whose speed moves by a fifth, a slow spell can still take a run past 120 s. The preset is unchanged (see
-the README).
+docs/benchmarks.md).
 """
 
 from __future__ import annotations

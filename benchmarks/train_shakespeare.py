@@ -24,7 +24,7 @@ the same time on the same machine; and nanoGPT's final validation loss reached i
 time (``--vs-nanogpt``, which measures both in one run; no figure from elsewhere is the comparison). On one GPU,
 val 1.47 sooner than nanoGPT's ~3 minutes on an A100. Measured once (2026-11-27, one H200, benchmarks/gpu_report.py):
 neither the course's GPU preset nor nanoGPT's own recipe on that GPU reached 1.47 (best loss of nanoGPT's README);
-the README's GPU table has the figures, and the GPU preset now trains 1,800 steps, where its loss was lowest.
+docs/benchmarks.md's GPU table has the figures, and the GPU preset now trains 1,800 steps, where its loss was lowest.
 
 What each lever of the CPU preset bought at equal time (issue 22: one idle 2-core AMD EPYC with AVX-512 and
 AVX512-BF16, 180 s each, every final model scored on the same 100 x 16 windows of 64 characters of the validation

@@ -1,5 +1,5 @@
 """A smoke test of benchmarks/train_names.py: a few steps of each run, and the table, goal line and speed
-lines it prints. (The benchmark itself, with the real number of steps, is run by hand: see the README.)"""
+lines it prints. (The benchmark itself, with the real number of steps, is run by hand: see docs/benchmarks.md.)"""
 
 import torch
 from benchkit import load_benchmark

@@ -1,6 +1,6 @@
 """Smoke tests of benchmarks/train_shakespeare.py --vs-nanogpt: the course's budgeted run ends its schedule inside
 its budget and notes when it first reached a loss; the comparison's lines, with nanoGPT's run replaced by a stand-in
-(the real one is run by hand: see the README)."""
+(the real one is run by hand: see docs/benchmarks.md)."""
 
 import sys
 import types

@@ -1,6 +1,6 @@
-"""The package's layout stays what the README and CONTRIBUTING say: one room per job.
+"""The package's layout stays what CONTRIBUTING says: one room per job.
 
-- the README's module table names every module and package of ``tutor/`` (and nothing that is not there);
+- CONTRIBUTING.md's package map names every module and package of ``tutor/`` (and nothing that is not there);
 - no module is over ~500 lines, except the per-notebook check tables (``tutor/checks/nbNN_*.py``);
 - no module imports another package's private names (``from tutor.x import _y``);
 - every ``TUTOR_*`` variable the package reads is declared in ``tutor/env.py``;
@@ -31,9 +31,10 @@ def modules():
         yield name, path
 
 
-def test_the_readme_module_table_matches_the_tree():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## The `tutor` package", 1)[1].split("\n## ", 1)[0]
+def test_the_package_map_matches_the_tree():
+    """CONTRIBUTING.md's "Where things live" is the one map of the package."""
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = contributing.split("## Where things live", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `tutor")]
     named = set()
     for row in rows:
@@ -41,13 +42,13 @@ def test_the_readme_module_table_matches_the_tree():
         named |= {name.split("(")[0] for name in re.findall(r"`(tutor[\w.()]*)`", first)}
     top_level = {name for name, _ in modules() if name.count(".") == 1}
     missing = sorted(top_level - named - {"tutor.__main__"})
-    assert not missing, f"the README's module table does not list {missing}"
+    assert not missing, f"CONTRIBUTING.md's package map does not list {missing}"
     for name in named:  # and every name in it exists (a module, or a function of the package)
         module, _, attribute = name.rpartition(".")
         exists = (PACKAGE.parent / name.replace(".", "/")).with_suffix(".py").exists() or \
             (PACKAGE.parent / name.replace(".", "/")).is_dir() or \
             f"def {attribute}" in (PACKAGE.parent / module.replace(".", "/") / "__init__.py").read_text()
-        assert exists, f"the README's module table names {name}, which is not in tutor/"
+        assert exists, f"CONTRIBUTING.md's package map names {name}, which is not in tutor/"
 
 
 def test_no_module_is_over_about_500_lines_except_the_check_tables():

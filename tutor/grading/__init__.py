@@ -3,8 +3,8 @@
 For every exercise of every submitted notebook the grader recomputes the result itself and believes nothing
 the notebook stored. The learner's cells run in a Jupyter kernel on the learner's side, confined (a sandbox
 without the model answers being graded); the checks run in the judge, a process of its own where no learner
-code runs, on handles to the learner's objects across a wire that carries plain data only (see the README's
-"Grading" section). One job per module, in the order a grading run uses them:
+code runs, on handles to the learner's objects across a wire that carries plain data only (see docs/instructors.md,
+"Grading"). One job per module, in the order a grading run uses them:
 
 | module | what is in it |
 |---|---|

@@ -15,8 +15,8 @@
 
 A learner cell that hangs or kills the kernel (``os._exit``, a segfault, memory) is left out and the notebook is run
 again without it; a check that does so costs that exercise only (each check runs on a child of the kernel of its
-own). A per-cell timeout, a total timeout per notebook and the sandbox's limits bound every run. See the README's
-"Grading" section for what this guarantees.
+own). A per-cell timeout, a total timeout per notebook and the sandbox's limits bound every run. See
+docs/instructors.md, "Grading", for what this guarantees.
 """
 
 from __future__ import annotations
