@@ -52,3 +52,17 @@ def test_the_readme_points_each_reader_to_a_page_that_exists():
     for page in ("docs/learners.md", "docs/instructors.md", "docs/benchmarks.md", "CONTRIBUTING.md"):
         assert f"]({page}" in readme and (ROOT / page).exists(), page
 
+
+def test_commit_subjects_over_72_characters_are_refused(tmp_path):
+    import subprocess
+    import sys
+
+    script = ROOT / ".ci" / "commit_subject.py"
+    short, long = tmp_path / "short", tmp_path / "long"
+    short.write_text("Notebook 14: induction heads\n\n" + "figures in the body " * 20 + "\n# a comment line\n")
+    long.write_text("# git's comment first\n" + "x" * 73 + "\n")
+    assert subprocess.run([sys.executable, script, short], capture_output=True).returncode == 0
+    refused = subprocess.run([sys.executable, script, long], capture_output=True, text=True)
+    assert refused.returncode == 1 and "over 72 characters" in refused.stdout
+    since = subprocess.run([sys.executable, script, "--since"], capture_output=True, text=True, cwd=ROOT)
+    assert since.returncode == 0, since.stdout  # every commit since the rule began
