@@ -83,6 +83,7 @@ def test_solution_notebook_setup_and_summary(n):
     assert f'REPO_URL = "{tutor.REPO_URL}"' in setup, "the setup cell's REPO_URL must equal tutor.REPO_URL"
     assert f'VERSION = "{tutor.__version__}"' in setup, "the setup cell's VERSION must equal tutor.__version__"
     assert "google.colab" in setup
+    assert 'print(f"(the course has no tag v{VERSION} yet' in setup, "say in one line when Colab falls back to main"
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith(f"# {n.number:02d}")
     last = [c for c in nb.cells if c.cell_type == "markdown"][-1]  # (the progress cell comes after it)
     assert "## Summary" in last.source
