@@ -184,6 +184,20 @@ def _expect_rotated_in_cache(held, attn, x, positions, layer):
                    hint="update the cache once per call with this call's rotated keys and values")
 
 
+def _position_cases():
+    """(label, x, positions) of the forward cases of RotaryAttention and ModernBlock: default positions, T = 1, and
+    positions that are not 0..T-1."""
+    return [("x [2, 6, 16]", torch.randn(2, 6, D), None),
+            ("x [3, 1, 16] (T = 1)", torch.randn(3, 1, D), None),
+            ("x [2, 6, 16], positions = [0, 2, 4, 6, 8, 10]", torch.randn(2, 6, D), torch.arange(0, 12, 2))]
+
+
+def _forward_at(module, name, x, positions):
+    """``({"positions": positions} or {}, module(x, **that))``, the call labelled as the learner would write it."""
+    kw = {} if positions is None else {"positions": positions}
+    return kw, call(module, x, what=f"{name}(x{', positions' if kw else ''})", **kw)
+
+
 @check
 def RotaryAttention(cls):
     seed(0)
@@ -192,13 +206,9 @@ def RotaryAttention(cls):
         _structure_linear(attn, ["q_proj", "k_proj", "v_proj", "out_proj"], "RotaryAttention")
         reference = _randomise(ref.RotaryAttention(D, H))
         load_reference_weights(attn, reference, "your RotaryAttention")
-    cases = [("x [2, 6, 16]", torch.randn(2, 6, D), None),
-             ("x [3, 1, 16] (T = 1)", torch.randn(3, 1, D), None),
-             ("x [2, 6, 16], positions = [0, 2, 4, 6, 8, 10]", torch.randn(2, 6, D), torch.arange(0, 12, 2))]
-    for label, x, positions in cases:
+    for label, x, positions in _position_cases():
         with case(label):
-            kw = {} if positions is None else {"positions": positions}
-            got = call(attn, x, what=f"attn(x{', positions' if kw else ''})", **kw)
+            kw, got = _forward_at(attn, "attn", x, positions)
             with torch.no_grad():
                 expect_close(got, reference(x, **kw), "the output of forward", atol=1e-5, rtol=1e-4,
                              mistakes=_rotary_mistakes(reference, x, positions))
@@ -533,13 +543,9 @@ def ModernBlock(cls):
                            hint="self.mlp = SwiGLU(d_model, d_hidden)")
         reference = _randomise(ref.ModernBlock(D, H, 24))
         load_reference_weights(block, reference, "your ModernBlock")
-    cases = [("x [2, 6, 16]", torch.randn(2, 6, D), None),
-             ("x [3, 1, 16] (T = 1)", torch.randn(3, 1, D), None),
-             ("x [2, 6, 16], positions = [0, 2, 4, 6, 8, 10]", torch.randn(2, 6, D), torch.arange(0, 12, 2))]
-    for label, x, positions in cases:
+    for label, x, positions in _position_cases():
         with case(label):
-            kw = {} if positions is None else {"positions": positions}
-            got = call(block, x, what=f"block(x{', positions' if kw else ''})", **kw)
+            kw, got = _forward_at(block, "block", x, positions)
             with torch.no_grad():
                 mistakes = [(text, (lambda v=v: _block_forward(reference, x, positions, variant=v)))
                             for text, v in BLOCK_MISTAKES]
