@@ -26,8 +26,8 @@ _shared = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # the seed co
 if _shared.exists():
     os.environ.setdefault("TUTOR_SHAKESPEARE", str(_shared))
 
-from tutor.reference.bpe import GPT2_PATTERN, BPETokenizer, train_bpe, train_bpe_naive  # noqa: E402
-from tutor.train import bpe_vs_chars  # noqa: E402
+from tutor.reference.bpe import GPT2_PATTERN, BPETokenizer, train_bpe, train_bpe_naive
+from tutor.train import bpe_vs_chars
 
 EOT = "<|endoftext|>"
 

@@ -1,9 +1,9 @@
 """Every GPU figure of the course from one command, for one short window on one GPU (about 8 minutes).
 
-    python benchmarks/gpu_report.py --out gpu-report          # on a GPU: the figures the README's GPU table wants
+    python benchmarks/gpu_report.py --out gpu-report          # on a GPU: the figures docs/benchmarks.md's tables want
     python benchmarks/gpu_report.py --tiny --out /tmp/report  # on a CPU: every section, a few steps each (CI)
 
-It writes ``report.json`` and ``report.md`` (a Markdown table ready to paste into the README) to ``--out``, and prints
+It writes ``report.json`` and ``report.md`` (a Markdown table for docs/benchmarks.md) to ``--out``, and prints
 each section as it ends. A section that fails is written with its error and the report goes on: a short GPU window
 is never lost to one mistake. The sections, each measured in this one run on this one machine:
 
@@ -31,7 +31,7 @@ its figures mean nothing.
 
 Its first run on a GPU (2026-11-27, one H200, PyTorch 2.11; ``gpu_runs/2026-11-27-h200``) took 456 s with every
 section passing. That machine's Python had everything but ``platformdirs``, carried as a wheel. The second
-(``gpu_runs/2026-11-27-h200-2``, the README's GPU table) ran every section but the names in 260 s.
+(``gpu_runs/2026-11-27-h200-2``, the GPU table of docs/benchmarks.md) ran every section but the names in 260 s.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import nanogpt_anchor  # noqa: E402
+import nanogpt_anchor
 
-from tutor import data  # noqa: E402
-from tutor import reference as ref  # noqa: E402
-from tutor import train as tr  # noqa: E402
-from tutor.train import long_run  # noqa: E402
-from tutor.train.decoding import StaticKVCache, decode, generate_static  # noqa: E402
+from tutor import data
+from tutor import reference as ref
+from tutor import train as tr
+from tutor.train import long_run
+from tutor.train.decoding import StaticKVCache, decode, generate_static
 
 TARGET = 1.47  # nanoGPT's shakespeare-char recipe: "the best validation loss is 1.4697" (its README)
 NANOGPT_QUOTED = "about 3 minutes on one A100 (nanoGPT's README, quoted, not measured here)"

@@ -30,8 +30,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tutor import grading  # noqa: E402
-from tutor.course import catalog  # noqa: E402
+from tutor import grading
+from tutor.course import catalog
 
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+\[")
 

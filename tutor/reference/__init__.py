@@ -17,7 +17,7 @@ Every notebook imports what earlier notebooks taught from here, so it can be ope
 | ``interpretability`` | 14 | ``attention_pattern``, ``capture_patterns``, ``induction_scores``, ``ablate_head`` |
 """
 
-from tutor.reference.attention import (  # noqa: F401
+from tutor.reference.attention import (
     AttentionHead,
     KVCache,
     MultiHeadAttention,
@@ -31,7 +31,7 @@ from tutor.reference.attention import (  # noqa: F401
     softmax,
     split_heads,
 )
-from tutor.reference.bpe import (  # noqa: F401
+from tutor.reference.bpe import (
     GPT2_PATTERN,
     BPETokenizer,
     bits_per_byte,
@@ -43,7 +43,7 @@ from tutor.reference.bpe import (  # noqa: F401
     train_bpe_naive,
     write_vocab_files,
 )
-from tutor.reference.characters import (  # noqa: F401
+from tutor.reference.characters import (
     PAD_X,
     PAD_Y,
     alphabet,
@@ -54,7 +54,7 @@ from tutor.reference.characters import (  # noqa: F401
     stoi,
     vocab_size,
 )
-from tutor.reference.gpt2 import (  # noqa: F401
+from tutor.reference.gpt2 import (
     config_from_hf,
     course_names,
     gpt2_from_hf,
@@ -64,7 +64,7 @@ from tutor.reference.gpt2 import (  # noqa: F401
     split_qkv,
     to_linear,
 )
-from tutor.reference.interpretability import (  # noqa: F401
+from tutor.reference.interpretability import (
     ablate_head,
     ablated,
     attention_pattern,
@@ -73,9 +73,9 @@ from tutor.reference.interpretability import (  # noqa: F401
     previous_token_scores,
     repeated_tokens,
 )
-from tutor.reference.layers import MLP, LayerNorm, ModernBlock, RMSNorm, SwiGLU, TransformerBlock  # noqa: F401
-from tutor.reference.lora import LoRALinear, add_lora, merge_lora, sft_example  # noqa: F401
-from tutor.reference.model import (  # noqa: F401
+from tutor.reference.layers import MLP, LayerNorm, ModernBlock, RMSNorm, SwiGLU, TransformerBlock
+from tutor.reference.lora import LoRALinear, add_lora, merge_lora, sft_example
+from tutor.reference.model import (
     GPT,
     GPT2_SIZES,
     GPTConfig,
@@ -85,7 +85,7 @@ from tutor.reference.model import (  # noqa: F401
     generate_cached,
     swiglu_hidden,
 )
-from tutor.reference.positional import PositionalEmbedding, apply_rope, sinusoidal_encoding  # noqa: F401
-from tutor.reference.scaling_up import average_gradients, flops_per_token, get_batch  # noqa: F401
-from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step  # noqa: F401
+from tutor.reference.positional import PositionalEmbedding, apply_rope, sinusoidal_encoding
+from tutor.reference.scaling_up import average_gradients, flops_per_token, get_batch
+from tutor.reference.training import evaluate, lm_loss, lr_schedule, train_step
 

@@ -33,12 +33,12 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import train_names  # noqa: E402
+import train_names
 
-from tutor import data  # noqa: E402
-from tutor import reference as ref  # noqa: E402
-from tutor import train as tr  # noqa: E402
-from tutor.data.batching import NamesDataset, collate, pack_names  # noqa: E402
+from tutor import data
+from tutor import reference as ref
+from tutor import train as tr
+from tutor.data.batching import NamesDataset, collate, pack_names
 
 STEPS = 300
 VARIANTS = [  # label, packed, loader workers, compile

@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from gpu_report import TimeToTarget, first_reached, peak_memory, reset_memory, steady_step_seconds  # noqa: E402
+from gpu_report import TimeToTarget, first_reached, peak_memory, reset_memory, steady_step_seconds
 
-from tutor import data  # noqa: E402
-from tutor.train import long_run  # noqa: E402
+from tutor import data
+from tutor.train import long_run
 
 LOSSES = (1.495, 1.472)  # the course's and nanoGPT's best on the H200 of 2026-11-27: the losses timed here
 MUON = {"optimizer": "muon", "max_lr": 3e-3, "min_lr": 3e-4}
