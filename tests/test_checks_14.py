@@ -36,12 +36,14 @@ def test_not_a_function(name):
 
 
 def make_pattern(softmax=True, mask="tril", scale="d_head", split="heads", dim=-1, causal="read", average=False,
-                 new_on="input"):
+                 new_on="input", bias=True):
     def attention_pattern(attn, x):
         B, T, C = x.shape
         H = attn.n_heads
         d = C // H
-        if split == "heads":
+        if not bias:
+            q, k = ref.split_heads(x @ attn.q_proj.weight.T, H), ref.split_heads(x @ attn.k_proj.weight.T, H)
+        elif split == "heads":
             q, k = ref.split_heads(attn.q_proj(x), H), ref.split_heads(attn.k_proj(x), H)
         else:
             q, k = attn.q_proj(x).reshape(B, H, T, d), attn.k_proj(x).reshape(B, H, T, d)
@@ -73,6 +75,7 @@ def test_pattern_variants_pass():
     (dict(average=True), ["one pattern for all heads"]),
     (dict(causal=True), ["masked a non-causal attention"]),
     (dict(new_on="cpu"), ["device"]),
+    (dict(bias=False), ["biases were left out"]),
 ])
 def test_pattern_mistakes_are_named(kwargs, needles):
     rejects(checks.attention_pattern, make_pattern(**kwargs), *needles)
@@ -82,7 +85,7 @@ def test_pattern_mistakes_are_named(kwargs, needles):
 
 
 def make_capture(remove="finally", where="attn_input", order="layers", grad=False, per_head=False, runs=1,
-                 stack=False, change_input=False):
+                 stack=False, change_input=False, keep_last=False):
     def capture_patterns(model, ids, pattern_fn):
         patterns = []
 
@@ -113,6 +116,8 @@ def make_capture(remove="finally", where="attn_input", order="layers", grad=Fals
         else:
             with torch.no_grad():
                 run()
+        if keep_last:
+            patterns = patterns[-len(model.blocks):]
         if order == "reversed":
             patterns = patterns[::-1]
         if per_head:
@@ -144,6 +149,7 @@ def test_capture_variants_pass():
     (make_capture(order="reversed"), ["wrong order"]),
     (make_capture(per_head=True), ["loop over the heads"]),
     (make_capture(runs=2), ["more than once"]),
+    (make_capture(runs=2, keep_last=True), ["called 6 times", "run the model once"]),
     (make_capture(stack=True), ["list of 3 patterns"]),
     (make_capture(where="block_input"), ["the input x its attention got"]),
     (make_capture(change_input=True), ["layer 0 is right", "returns none"]),
@@ -171,7 +177,8 @@ def make_scores(offset=1, start="n", stop="2n", over=(0, 2), swap=False, sum_pos
         out = []
         for p in patterns:
             T = p.shape[-1]
-            i = torch.arange(n if start == "n" else n - 1, 2 * n if stop == "2n" else 2 * n - 1, device=p.device)
+            first = {"n": n, "n-1": n - 1, "n+1": n + 1}[start]
+            i = torch.arange(first, 2 * n if stop == "2n" else 2 * n - 1, device=p.device)
             v = p[:, :, i, i - n + offset]
             if in_place:
                 p.zero_()
@@ -199,6 +206,8 @@ def test_scores_of_a_stacked_tensor_pass():
 @pytest.mark.parametrize("kwargs, needles", [
     (dict(offset=0), ["one off", "i - n + 1"]),
     (dict(offset=2), ["one off", "i - n + 2"]),
+    (dict(start="n+1"), ["started at n + 1"]),
+    (dict(over=(0,)), ["one score per position", "over the positions"]),
     (dict(start="n-1"), ["every position from n - 1"]),
     (dict(stop="2n-1"), ["second half but one"]),
     (dict(swap=True), ["heads and layers are swapped"]),
@@ -217,13 +226,15 @@ def test_previous_token_scores_are_not_induction_scores():
 # --- ablate_head --------------------------------------------------------------------------------------------------
 
 
-def make_ablate(part="head", where="pre", mean_dims=(0,), remove=True, layer_shift=0, in_weights=False, swap_how=False):
+def make_ablate(part="head", where="pre", mean_dims=(0,), remove=True, layer_shift=0, in_weights=False, swap_how=False,
+                finally_=True):
     def ablate_head(model, ids, layer, head, how="zero"):
         if swap_how:
             how = {"zero": "mean", "mean": "zero"}[how]
         attn = model.blocks[layer + layer_shift].attn
         d = attn.out_proj.in_features // attn.n_heads
-        s = {"head": slice(head * d, (head + 1) * d), "all": slice(None), "start": slice(head, head + d)}[part]
+        s = {"head": slice(head * d, (head + 1) * d), "all": slice(None), "start": slice(head, head + d),
+             "strided": slice(head, None, attn.n_heads)}[part]
         if in_weights:
             with torch.no_grad():
                 attn.out_proj.weight[:, s] = 0.0
@@ -238,6 +249,11 @@ def make_ablate(part="head", where="pre", mean_dims=(0,), remove=True, layer_shi
             handle = attn.out_proj.register_forward_pre_hook(lambda m, args: (change(args[0]),))
         else:
             handle = attn.out_proj.register_forward_hook(lambda m, args, out: change(out))
+        if not finally_:  # removed after a run that returned, not after one that raised
+            with torch.no_grad():
+                out = model(ids)
+            handle.remove()
+            return out
         try:
             with torch.no_grad():
                 return model(ids)
@@ -284,6 +300,8 @@ def test_ablate_through_the_values_passes_for_zero_and_is_named_for_mean():
     (dict(remove=False), ["still registered"]),
     (dict(in_weights=True), ["changed the model's weights", "hook"]),
     (dict(swap_how=True), ["mean ablation"]),
+    (dict(part="strided"), ["h::H"]),
+    (dict(finally_=False), ["stayed on the model", "finally"]),
 ])
 def test_ablate_mistakes_are_named(kwargs, needles):
     rejects(checks.ablate_head, make_ablate(**kwargs), *needles)

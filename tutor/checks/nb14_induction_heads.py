@@ -77,6 +77,13 @@ def _pattern_mistakes(attn, x):
     def masked(s, m=mask):
         return s.masked_fill(~m, float("-inf")) if attn.causal else s
 
+    def unbiased(s_layer):
+        return x @ s_layer.weight.T
+
+    def no_bias_scores():
+        q, k = ref.split_heads(unbiased(attn.q_proj), H), ref.split_heads(unbiased(attn.k_proj), H)
+        return q @ k.transpose(-2, -1) / math.sqrt(d)
+
     def mixed(t, H):  # the heads read as [B, H, T, d] straight from [B, T, C]: tokens and heads mixed
         return t.reshape(B, H, T, d)
 
@@ -93,6 +100,8 @@ def _pattern_mistakes(attn, x):
             ("the scores were not divided by √d_head", lambda: torch.softmax(masked(scores(1.0)), dim=-1)),
             ("the scores were divided by √d_model: each head's width is d_head = d_model / n_heads",
              lambda: torch.softmax(masked(scores(math.sqrt(C))), dim=-1)),
+            ("the projections' biases were left out: attn.q_proj(x) includes GPT-2's biases, x @ weight.T does not",
+             lambda: torch.softmax(masked(no_bias_scores()), dim=-1)),
             ("the heads are mixed up with the positions: [B, T, C] -> view(B, T, H, d_head) -> transpose(1, 2) "
              "(split_heads), not view(B, H, T, d_head)",
              lambda: torch.softmax(masked(scores(split=mixed)), dim=-1)),
@@ -214,6 +223,10 @@ def capture_patterns(fn):
                                hint="run the model under torch.no_grad() (or .detach() each pattern): on GPT-2 the "
                                     "graphs of every layer would hold gigabytes")
             calls = counter.calls
+            if calls != len(expected):
+                raise Mismatch(f"pattern_fn was called {calls} times for a model of {len(expected)} layers",
+                               hint="run the model once: one forward pass calls each layer's hook once" if calls >
+                               len(expected) else "call pattern_fn(attn, x) in the hook of every layer")
             call(mine, ids, what="the model, run again after capture_patterns returned")
             if counter.calls != calls:
                 raise Mismatch("a hook is still registered after capture_patterns returned: the model ran once more "
@@ -270,6 +283,8 @@ def _score_mistakes(patterns, n):
          lambda: at_offset(n - 1, start=n - 1)),
         ("i ran over the second half but one: the second half is i = n to 2n - 1 (range(n, 2 * n))",
          lambda: at_offset(n - 1, stop=2 * n - 1)),
+        ("i started at n + 1: the second half is i = n to 2n - 1 (range(n, 2 * n)); its first token, at n, has its "
+         "earlier occurrence at 0 and attends to 1", lambda: at_offset(n - 1, start=n + 1)),
         ("heads and layers are swapped: the result is [L, H], layers down, heads across",
          lambda: at_offset(n - 1).T),
         ("the average is over the heads instead of the batch: average over the batch (and the positions), one "
@@ -292,6 +307,11 @@ def induction_scores(fn):
             if any(not torch.equal(a, b) for a, b in zip(given, patterns)):
                 raise Mismatch("induction_scores changed the patterns it was given",
                                hint="index and average into new tensors; don't write into the patterns")
+            if isinstance(got, torch.Tensor) and tuple(got.shape) == (L, H, n):
+                raise Mismatch(f"induction_scores returned {shape_text(got.shape)}: one score per position",
+                               [f"expected {shape_text((L, H))} (L, H)"],
+                               hint="average over the positions i as well as over the batch: mean(dim=(0, 2)) of "
+                                    "pattern[:, :, i, i - n + 1]")
             expect_close(got, ref.induction_scores(patterns, n), f"the scores of {label}", names="L H",
                          mistakes=_score_mistakes(patterns, n))
     with case("one layer of patterns of sequences repeated exactly: a perfect induction head scores 1"):
@@ -360,6 +380,8 @@ def _ablate_mistakes(model, ids, layer, head, how):
          lambda: _hooked(model, ids, attn, layer_out, pre=False)),
         ("the slice is head:head + d_head; head h's columns are h*d_head to (h+1)*d_head",
          lambda: _hooked(model, ids, attn.out_proj, replace(slice(head, head + d)))),
+        ("every H-th column was taken (h::H): merge_heads puts each head's d_head numbers side by side, head h in "
+         "columns h*d_head to (h+1)*d_head", lambda: _hooked(model, ids, attn.out_proj, replace(slice(head, None, H)))),
         ("another head's slice was ablated: head h is columns h*d_head to (h+1)*d_head",
          lambda: _hooked(model, ids, attn.out_proj, replace(slice(((head + 1) % H) * d, ((head + 1) % H + 1) * d)))),
     ]
@@ -412,4 +434,18 @@ def ablate_head(fn):
             if not matches(after, clean):
                 raise Mismatch("the model's logits changed after ablate_head returned: its hook is still registered",
                                hint="keep the handle and call handle.remove() in a finally: block: " + ABLATE_HINT)
-    return "{cases} cases: one head's slice before out_proj, zero and mean over the batch, no hook left, weights kept"
+    with case("a model that raises (ids longer than its max_len): the hook must still be removed"):
+        model = _gpt()
+        mine = twin(model, ref.GPTConfig(**SMALL))
+        clean = model(ids).detach()
+        try:
+            call(fn, mine, torch.randint(0, 13, (1, 12), generator=g), 1, 0, "zero",
+                 what="ablate_head(model, ids of 12 tokens, 1, 0, 'zero')")
+        except LearnerError:
+            pass  # the model's IndexError goes up to the caller: that is right
+        if not matches(call(mine, ids, what="the model, run after ablate_head raised"), clean):
+            raise Mismatch("after the model raised inside ablate_head, its hook stayed on the model",
+                           hint="remove the hook in a finally: block, so that an error in the model does not leave it "
+                                "behind: " + ABLATE_HINT)
+    return "{cases} cases: one head's slice before out_proj, zero and mean over the batch, no hook left (even when " \
+           "the model raises), weights kept"
