@@ -46,6 +46,9 @@ def test_check_modules_mirror_the_notebooks():
     for n in NOTEBOOKS:
         module = __import__(f"tutor.checks.nb{n.slug}", fromlist=["__all__"])
         assert sorted(module.__all__) == sorted(e.name for e in catalog.exercises(n.number))
+        for name in module.__all__:  # each one a check defined in its notebook's module
+            check = vars(module).get(name)
+            assert check is not None and check.exercise is catalog.BY_NAME[name], f"{n.slug} defines no check {name}"
 
 
 def _solution(n):

@@ -8,8 +8,9 @@ from tutor import reference as ref
 from tutor.checks.common import sdpa_mistakes
 from tutor.checks.compare import expect_close, kind_cases, load_reference_weights
 from tutor.checks.harness import build, call, case, check
+from tutor.course import catalog
 
-__all__ = ["scaled_dot_product_attention", "AttentionHead"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 
 BATCH_HINT = ("it works without batch dimensions but not with them: transpose only the last two axes "
               "of K with k.transpose(-2, -1) (k.T and k.transpose(0, 1) move the batch axes too)")

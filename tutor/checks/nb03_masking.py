@@ -9,8 +9,9 @@ from tutor.checks import beside
 from tutor.checks.common import laika_one_hot, sdpa_mistakes
 from tutor.checks.compare import diagnose, expect_close, expect_tensor, kind_cases, shape_mismatch
 from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, error_details, is_signature_error
+from tutor.course import catalog
 
-__all__ = ["causal_mask", "masked_attention", "padding_mask"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 
 CONVENTION = "True means \"may attend\" (the convention of torch.nn.functional.scaled_dot_product_attention)"
 

@@ -17,8 +17,9 @@ from tutor.checks.harness import (
     is_signature_error,
     seed,
 )
+from tutor.course import catalog
 
-__all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 
 VIEW_HINT = ("x.view(B, H, T, d_head) has the right shape but the wrong contents: view only re-reads "
              "memory row by row, so a head gets a chunk of consecutive numbers that mixes positions. "

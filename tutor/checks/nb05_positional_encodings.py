@@ -7,8 +7,9 @@ from tutor import reference as ref
 from tutor.checks import beside
 from tutor.checks.compare import expect_close, expect_tensor, kind_cases, load_reference_weights
 from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details
+from tutor.course import catalog
 
-__all__ = ["sinusoidal_encoding", "PositionalEmbedding", "apply_rope"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 
 
 # --- sinusoidal_encoding ------------------------------------------------------------------

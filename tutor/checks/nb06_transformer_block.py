@@ -9,8 +9,9 @@ from tutor import reference as ref
 from tutor.checks.common import rms_norm_centred, rms_norm_without_eps, swiglu_gate_on_w3
 from tutor.checks.compare import expect_close, expect_tensor, kind_cases, load_reference_weights, shape_text
 from tutor.checks.harness import Mismatch, at, build, call, case, check
+from tutor.course import catalog
 
-__all__ = ["LayerNorm", "RMSNorm", "MLP", "SwiGLU", "TransformerBlock"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 
 
 # --- shared helpers ----------------------------------------------------------------------

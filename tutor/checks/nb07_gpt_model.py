@@ -10,8 +10,9 @@ from tutor.checks import beside
 from tutor.checks.common import frequencies_close, top_k_probs
 from tutor.checks.compare import as_kind, expect_close, kind_cases, learner_as_kind, load_reference_weights
 from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details, seed
+from tutor.course import catalog
 
-__all__ = ["GPT", "generate"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 
 # A small model for comparing outputs (V > max_len, so looking positions up with token ids fails).
 SMALL = dict(vocab_size=13, max_len=8, d_model=16, n_heads=2, n_layers=2, dropout=0.0)

@@ -18,9 +18,10 @@ import torch
 from tutor import reference as ref
 from tutor.checks import beside
 from tutor.checks.harness import LearnerError, Mismatch, NotDone, at, call, case, check, seed
+from tutor.course import catalog
 from tutor.distributed import NoProcessGroup, RanksStopped, gloo_reason, run_in_group, start_method
 
-__all__ = ["get_batch", "flops_per_token", "average_gradients"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 # What the checks import only when they run: the grader imports it before any learner code (tutor.grading.kernel).
 IMPORTED_WHEN_CHECKING = ("tutor.train.long_run",)
 

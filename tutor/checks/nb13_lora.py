@@ -27,8 +27,9 @@ from tutor.checks.harness import (
     is_signature_error,
     twin,
 )
+from tutor.course import catalog
 
-__all__ = ["LoRALinear", "add_lora", "sft_example", "merge_lora"]
+__all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
 
 FORMULA = "base(x) + (alpha / r) * x @ A.T @ B.T, with A [r, in_features] and B [out_features, r]"
 

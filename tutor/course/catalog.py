@@ -198,6 +198,12 @@ def resolve(name: str) -> Exercise | None:
     return by_learner[0] if len(by_learner) == 1 else None
 
 
+def check_names(module_name: str) -> list[str]:
+    """The ``__all__`` of a notebook's check module, ``tutor.checks.nbNN_<slug>``: its notebook's exercises."""
+    number = int(re.search(r"\.nb(\d\d)_", module_name).group(1))
+    return [e.name for e in exercises(number)]
+
+
 def exercises(number: int) -> list[Exercise]:
     """The exercises of notebook ``number``, in the notebook's order."""
     return [e for e in EXERCISES if e.notebook == number]
