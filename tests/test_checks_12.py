@@ -436,3 +436,18 @@ def test_load_gpt2_strictness_message_names_the_tensor():
             raise ValueError("bad checkpoint") from None
 
     rejects(checks.load_gpt2, vague, "does not name the tensor")
+
+
+def test_a_loader_that_does_not_size_the_model_is_told_to():
+    def load_gpt2(state_dict, n_heads):
+        model = ref.GPT(ref.GPTConfig.gpt2(n_heads=n_heads))  # GPT-2 small's sizes, whatever the tensors say
+        params = dict(model.named_parameters())
+        for hf_name, tensor in state_dict.items():
+            name = hf_name.removeprefix("transformer.")
+            for course, piece in zip(ref.course_names(name), [tensor]):
+                if course in params and params[course].shape != ref.to_linear(name, piece).shape:
+                    raise ValueError(f"{hf_name}: shape {tuple(piece.shape)} does not fit {course} "
+                                     f"{tuple(params[course].shape)}")
+        return model
+
+    rejects(checks.load_gpt2, load_gpt2, "size the model from the tensors")

@@ -155,6 +155,7 @@ def make_add_lora(match="suffix", freeze="first", raise_missing="each", give_nam
                     continue
                 wanted = [t] if t is not None else targets
                 hit = (any(name == x or name.endswith("." + x) for x in wanted) if match == "suffix"
+                       else any(name.endswith(x) for x in wanted) if match == "suffix-no-dot"
                        else any(x in name for x in wanted) if match == "substring" else True)
                 if hit and (wrap == "per-target" or name not in names):
                     names.append(name)
@@ -186,7 +187,7 @@ def test_add_lora_without_lora_class_is_told_the_signature():
 
 
 @pytest.mark.parametrize("wrong, needles", [
-    (dict(match="substring"), ("'proj' in name also matches",)),
+    (dict(match="substring"), ("'proj' also matches q_proj and out_proj",)),
     (dict(match="all"), ("replaced the wrong layers",)),
     (dict(freeze="never"), ("still train", "freeze every parameter")),
     (dict(freeze="after"), ("nothing in the model trains", "freeze the model's parameters first")),
@@ -196,6 +197,8 @@ def test_add_lora_without_lora_class_is_told_the_signature():
     (dict(give_names=False), ("return the names",)),
     (dict(first_only=True, raise_missing=False), ("not replaced",)),
     (dict(strings="letters"), ("letter by letter", "isinstance(targets, str)")),
+    (dict(strings="letters", raise_missing=False), ("read letter by letter", "isinstance(targets, str)")),
+    (dict(match="suffix-no-dot"), ("'proj' also matches q_proj and out_proj", "without the dot")),
     (dict(read="list-only"), ("any iterable",)),
     (dict(read="twice"), ("any iterable", "iterator")),
     (dict(order="targets"), ("in another order", "model.named_modules()")),

@@ -456,6 +456,11 @@ def _refusal_hint(error, default):
     if set(re.findall(r"\b(?:h|blocks)\.(\d+)\.", text)) == {str(last)}:
         return (f"the error names block {last}, the last one: does your model have {LAYERS} blocks? They are "
                 f"h.0 to h.{last}, counted from 0, so n_layers is the largest N plus one ({LAYERS})")
+    if re.search(r"\b(50257|1024|768|3072|2304)\b", text):
+        return (f"a shape of GPT-2 small's (50257, 1024, 768, ...) in the error: size the model from the tensors "
+                f"themselves: vocab_size and d_model from wte.weight's shape, max_len from wpe.weight's, n_layers "
+                f"from the names h.N (this tiny GPT-2 has d_model = {D}); GPTConfig.gpt2()'s defaults are GPT-2 "
+                f"small's")
     if "transformer." in text:
         return PREFIX_HINT
     if "head" in text:

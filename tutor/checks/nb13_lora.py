@@ -299,7 +299,11 @@ def _expect_replaced(model, got, targets, names):
             hint = ("a layer that two targets name is wrapped once: find the names first (each once), then replace "
                     "them; not one pass per target")
         elif any(n.endswith("_proj") for n in extra) and "proj" in targets:
-            hint = "'proj' in name also matches q_proj and out_proj: " + hint
+            hint = ("'proj' also matches q_proj and out_proj (as a part of the name, or as an end without the dot): "
+                    + hint)
+        elif isinstance(targets, str) and not wrapped:
+            hint = (f"the one target {targets!r} was read letter by letter (a string is an iterable of its letters): "
+                    + TARGETS_HINT)
         elif not wrapped:
             hint = ("replace each layer in its parent: parent = model.get_submodule(name.rpartition('.')[0]); "
                     "setattr(parent, child_name, lora_class(layer, r, alpha)). " + hint)
