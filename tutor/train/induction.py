@@ -95,15 +95,16 @@ def eval_tokens(config: InductionConfig, device=None) -> torch.Tensor:
     return repeated_tokens(config.eval_batch, config.n, config.vocab_size, generator, device)
 
 
-def position_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """``[T - 1]``: the loss of predicting token ``t + 1`` from position ``t``, averaged over the batch."""
+def losses_of(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``[T - 1]``: the loss of predicting token ``t + 1`` from position ``t``, averaged over the batch, from logits
+    already computed (an ablated model's too); ``tutor.train.validation.position_losses`` runs a model on a loader."""
     V = logits.shape[-1]
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), ids[:, 1:].reshape(-1), reduction="none")
     return loss.view(ids.shape[0], -1).mean(dim=0)
 
 
 def halves(losses: torch.Tensor, n: int) -> tuple[float, float]:
-    """(first half, repeated half) of :func:`position_losses` on ``n`` tokens repeated: the repeated half is the
+    """(first half, repeated half) of :func:`losses_of` on ``n`` tokens repeated: the repeated half is the
     predictions of tokens ``n + 1`` to ``2n - 1``, each seen before; token ``n`` (the repeat's first) is not, nor
     is any token of the first half."""
     return losses[:n - 1].mean().item(), losses[n:].mean().item()
@@ -161,7 +162,7 @@ def measure(model, ids: torch.Tensor, n: int, capture_fn, score_fn):
     model.eval()
     try:
         with torch.no_grad():
-            losses = position_losses(model(ids), ids)
+            losses = losses_of(model(ids), ids)
         patterns = capture_fn(model, ids)
         return losses, score_fn(patterns, n).detach().cpu(), previous_token_scores(patterns).detach().cpu()
     finally:
@@ -219,7 +220,7 @@ def ablation_losses(model, ids: torch.Tensor, n: int, ablate_fn, how: str = "zer
     for layer in range(L):
         for head in range(H):
             logits = ablate_fn(model, ids, layer, head, how)
-            table[layer, head] = halves(position_losses(logits, ids), n)[1]
+            table[layer, head] = halves(losses_of(logits, ids), n)[1]
     return table
 
 
@@ -229,9 +230,9 @@ def composition(model, ids: torch.Tensor, n: int, capture_fn, score_fn, layer: i
     clean_scores = score_fn(capture_fn(model, ids), n)
     with ablated(model, layer, head), torch.no_grad():
         ablated_scores = score_fn(capture_fn(model, ids), n)
-        ablated_loss = halves(position_losses(model(ids), ids), n)[1]
+        ablated_loss = halves(losses_of(model(ids), ids), n)[1]
     with torch.no_grad():
-        clean_loss = halves(position_losses(model(ids), ids), n)[1]
+        clean_loss = halves(losses_of(model(ids), ids), n)[1]
     return dict(clean=clean_scores, ablated=ablated_scores, clean_loss=clean_loss, ablated_loss=ablated_loss)
 
 
