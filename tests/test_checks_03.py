@@ -360,3 +360,24 @@ def test_causal_mask_on_the_wrong_device_explains_the_meta_device():
 
     rejects(checks.causal_mask, mask_ignores_device, "device=device",
             "'meta' is PyTorch's device for tensors that have a shape and a dtype but no data")
+
+
+def test_masked_attention_names_k_T_not_the_missing_mask():
+    """A learner's: k.T works on [T, d] but not on batched inputs, whose first case has mask=None; the message must
+    name the transpose, not tell them to guard a `None` they already guard."""
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        scores = q @ k.T / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    rejects(checks.masked_attention, scaled_dot_product_attention, "though not without the batch axes",
+            "k.transpose(-2, -1)")
+
+
+def test_masked_attention_still_names_the_missing_guard():
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    rejects(checks.masked_attention, scaled_dot_product_attention, "when mask=none", "if mask is not none")

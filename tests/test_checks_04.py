@@ -385,6 +385,21 @@ class MaskUnsqueeze1(MHA):
         return self.out_proj((torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
 
 
+class CausalMaskUnsqueeze1(MHA):
+    """A learner's: the head axis added after combining, with unsqueeze(1), so even the causal mask alone breaks."""
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = self.heads(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if self.causal:
+            causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            mask = causal if mask is None else mask & causal
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
+        return self.out_proj((torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
 class InterleavedHeads(MHA):
     def forward(self, x, mask=None):
         B, T, C = x.shape
@@ -534,6 +549,7 @@ def test_mha_rejects_mask_mistakes():
     rejects(checks.MultiHeadAttention, MaskIgnored, "`mask` argument is ignored")
     rejects(checks.MultiHeadAttention, MaskWithoutHeadAxis, "[b, 1, t]", "unsqueeze(-3)")
     rejects(checks.MultiHeadAttention, MaskUnsqueeze1, "[t, t]", "unsqueeze(-3)")
+    rejects(checks.MultiHeadAttention, CausalMaskUnsqueeze1, "only the causal one", "[t, 1, t]", "unsqueeze(-3)")
     rejects(checks.MultiHeadAttention, InvertedMask, "mask is inverted")
     rejects(checks.MultiHeadAttention, MasksCombinedWithOr, "combined with or")
     rejects(checks.MultiHeadAttention, MaskedToZero, "instead of -inf")

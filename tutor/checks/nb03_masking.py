@@ -266,6 +266,18 @@ def masked_attention(fn):
             if is_signature_error(e.error):
                 raise Mismatch("scaled_dot_product_attention must take a fourth argument",
                                error_details(e), hint="def scaled_dot_product_attention(q, k, v, mask=None):") from None
+            try:  # the same without batch axes: if that works, the batch axes are the trouble, not the None
+                call(fn, q[0, 0], k[0, 0], v[0, 0], None, what="scaled_dot_product_attention(q [4, 8], k [6, 8], "
+                                                                "v [6, 5], mask=None)")
+                unbatched = True
+            except LearnerError:
+                unbatched = False
+            if unbatched:
+                raise Mismatch("your code raised an exception on batched q, k, v [2, 3, T, d] with mask=None, "
+                               "though not without the batch axes",
+                               error_details(e),
+                               hint="transpose only the last two axes of K with k.transpose(-2, -1): k.T "
+                                    "reverses every axis of a 4-D tensor, batch axes included") from None
             raise Mismatch("your code raised an exception when mask=None",
                            error_details(e),
                            hint="mask=None means attend everywhere: apply the mask only "

@@ -255,7 +255,17 @@ def _run_mha(mine, theirs, x, mask, causal, what):
     try:
         got = call(mine, *args, what=what)
     except LearnerError as e:
-        if mask is None or is_signature_error(e.error):
+        if is_signature_error(e.error):
+            raise
+        if mask is None:
+            if causal and "must match the size" in str(e.error):
+                raise Mismatch(
+                    "your code raised an exception with no mask given, only the causal one",
+                    error_details(e),
+                    hint=("the causal mask is [T, T] and the scores [B, H, T, T]: its head axis goes third from "
+                          "the right, mask.unsqueeze(-3) → [1, T, T]; mask.unsqueeze(1) turns [T, T] into "
+                          "[T, 1, T], which lines T up with the heads"),
+                ) from None
             raise
         raise Mismatch(
             f"your code raised an exception with a mask of shape {list(mask.shape)}",
