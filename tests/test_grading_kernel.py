@@ -90,11 +90,26 @@ def test_the_kernel_s_server_forks_a_child_per_exercise_and_says_what_is_missing
 def test_every_notebook_hides_each_answer_and_only_private_helpers_with_it():
     hidden = lock.hidden([e.name for e in catalog.EXERCISES])
     for exercise in catalog.EXERCISES:
-        names = [item.name for item in hidden[exercise.name]]
-        assert names[0] == exercise.reference, exercise.name
-        assert all(name.startswith("_") for name in names[1:]), names
+        items = hidden[exercise.name]
+        assert items[0].name == exercise.reference, exercise.name
+        equivalents = list(catalog.EQUIVALENTS.get(exercise.name, ()))
+        assert [i.qualified for i in items[len(items) - len(equivalents):]] == equivalents, exercise.name
+        assert all(i.name.startswith("_") for i in items[1:len(items) - len(equivalents)]), items
     assert [i.name for i in hidden["train_bpe"]] == ["train_bpe", "_Candidate"]
     assert "GPTConfig" not in [i.name for group in hidden.values() for i in group]  # a tool, not an answer
+
+
+def test_what_does_an_exercises_work_elsewhere_is_hidden_with_it():
+    """A figure's helper that computes the attention patterns is a stub in notebook 14's graded package, and comes
+    back with the model answer once its exercise has its verdict."""
+    exercises = [e.name for e in catalog.exercises(14)]
+    files = lock.package_files(exercises)
+    for qualified in (q for name in exercises for q in catalog.EQUIVALENTS.get(name, ())):
+        module, name = qualified.rsplit(".", 1)
+        source = files["/".join(module.split(".")) + ".py"].decode()
+        assert f'answer({qualified!r})' in source, qualified
+    unlocked = [item[:2] for item in lock.unlock_sources("capture_patterns", exercises)]
+    assert ["tutor.viz.training", "attention_weights"] in unlocked
 
 
 def _import_in(package: pathlib.Path, code: str) -> subprocess.CompletedProcess:

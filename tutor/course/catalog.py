@@ -174,6 +174,16 @@ EXERCISES = [
 
 BY_NAME = {e.name: e for e in EXERCISES}
 
+# Definitions elsewhere in the package that do an exercise's work (a figure's helper, a parity test's): hidden with
+# the model answer while the exercise is graded (tutor.grading.lock), so that graded code cannot call them instead.
+# Found by a hostile student (stop 48); tests/test_grade_attacks.py holds each one out.
+EQUIVALENTS = {
+    "attention_pattern": ("tutor.viz.training._weights_from_input",),
+    "capture_patterns": ("tutor.viz.training.attention_weights",),
+    "induction_scores": ("tutor.huggingface.tutorial_induction_scores",),
+    "ablate_head": ("tutor.reference.interpretability.ablated",),
+}
+
 
 def notebook(number: int) -> Notebook:
     """The notebook numbered ``number``."""

@@ -47,7 +47,9 @@ def start(path: str):
     ``path``, and serve it in a thread. Returns ``capture`` (see :func:`make_capture`)."""
     import torch.nn.functional  # noqa: F401 - before the learner's code: every request needs torch
 
-    import tutor.grading.serve  # noqa: F401 - and these (tutor.grading.wire with them)
+    import tutor.grading.serve  # and these (tutor.grading.wire with them)
+
+    tutor.grading.serve.keep_pristine()  # the course's check helpers, before any learner code runs
 
     host = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     host.connect(path)

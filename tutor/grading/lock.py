@@ -56,15 +56,16 @@ class Hidden:
         return f"{self.module}.{self.name}"
 
 
-def _reference_modules() -> dict[str, pathlib.Path]:
-    root = pathlib.Path(tutor.__file__).resolve().parent / "reference"
-    return {f"tutor.reference.{p.stem}": p for p in sorted(root.glob("*.py")) if p.stem != "__init__"}
+def _module_path(module: str) -> pathlib.Path:
+    """The file of ``tutor.x.y``: ``tutor/x/y.py``."""
+    root = pathlib.Path(tutor.__file__).resolve().parent
+    return root.joinpath(*module.split(".")[1:]).with_suffix(".py")
 
 
 @functools.cache
 def _definitions(module: str) -> tuple[str, dict]:
     """The module's source and its top-level definitions: name -> (node, the private names it uses)."""
-    source = _reference_modules()[module].read_text(encoding="utf-8")
+    source = _module_path(module).read_text(encoding="utf-8")
     found = {}
     for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -81,8 +82,9 @@ def _answer_module(exercise: catalog.Exercise) -> str:
 
 
 def hidden(exercises) -> dict[str, list[Hidden]]:
-    """Exercise name -> the definitions hidden for it: its model answer and the private helpers that only hidden
-    definitions use (a helper also used by an answer that stays, stays)."""
+    """Exercise name -> the definitions hidden for it: its model answer, the private helpers that only hidden
+    definitions use (a helper also used by an answer that stays, stays), and the definitions elsewhere in the package
+    that do its work (``catalog.EQUIVALENTS``)."""
     chosen = [catalog.BY_NAME[name] for name in exercises]
     by_module: dict[str, set] = {}
     for exercise in chosen:
@@ -115,6 +117,11 @@ def hidden(exercises) -> dict[str, list[Hidden]]:
             names = [exercise.reference] + sorted(h for h, who in owners.items()
                                                   if exercise.reference in who and h not in needed_by_kept)
             out[exercise.name] = [_hidden(module, source, definitions, name) for name in names]
+    for exercise in chosen:  # what does the exercise's work elsewhere in the package (catalog.EQUIVALENTS)
+        for qualified in catalog.EQUIVALENTS.get(exercise.name, ()):
+            module, name = qualified.rsplit(".", 1)
+            source, definitions = _definitions(module)
+            out[exercise.name].append(_hidden(module, source, definitions, name))
     return out
 
 

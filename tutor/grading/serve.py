@@ -73,11 +73,55 @@ class Handles:
         return self.objects[number]
 
 
+# The course's modules whose helpers a check builds beside the learner's code, as they were before that code ran
+# (:func:`keep_pristine`, called by the kernel's preamble): module name -> {attribute: (value, its code, its
+# class's own functions)}.
+COURSE_HELPERS = ("tutor.checks.beside", "tutor.distributed")
+_PRISTINE: dict[str, dict] = {}
+
+
+def _fingerprint(value):
+    code = getattr(value, "__code__", None)
+    methods = None
+    if isinstance(value, type):
+        methods = {k: (v, getattr(v, "__code__", None)) for k, v in vars(value).items() if callable(v)}
+    return value, code, methods
+
+
+def keep_pristine() -> None:
+    """Remember the course's helper modules as they are now, before the learner's code runs: a check that asks for
+    one of their helpers gets it only if the learner's code left the module alone."""
+    for name in COURSE_HELPERS:
+        module = importlib.import_module(name)
+        _PRISTINE[name] = {k: _fingerprint(v) for k, v in vars(module).items() if not k.startswith("__")}
+
+
+def _tampered(module_name: str) -> str | None:
+    """The first attribute of a course helper module that the learner's code replaced or changed, else None."""
+    module = sys.modules.get(module_name)
+    for name, (value, code, methods) in _PRISTINE.get(module_name, {}).items():
+        now = getattr(module, name, None)
+        if now is not value or getattr(now, "__code__", None) is not code:
+            return name
+        if methods is not None:
+            current = {k: (v, getattr(v, "__code__", None)) for k, v in vars(value).items() if callable(v)}
+            if current.keys() != methods.keys() or any(
+                    current[k][0] is not v or current[k][1] is not c for k, (v, c) in methods.items()):
+                return name
+    return None
+
+
 def _resolve(path: str):
-    """``"torch.optim.SGD"`` or ``"tutor.checks.beside:FakeLM"``: the object of that name in this process."""
+    """``"torch.optim.SGD"`` or ``"tutor.checks.beside:FakeLM"``: the object of that name in this process. A helper
+    of the course's (``COURSE_HELPERS``) is refused if the learner's code changed its module."""
     module_name, _, attribute = path.partition(":")
     if not attribute:
         module_name, _, attribute = path.rpartition(".")
+    if module_name in _PRISTINE:
+        changed = _tampered(module_name)
+        if changed is not None:
+            raise RuntimeError(f"the notebook changed the course's check helper {module_name}.{changed}: a check "
+                               "cannot trust it")
     obj = importlib.import_module(module_name)
     for part in attribute.split("."):
         obj = getattr(obj, part)
