@@ -359,3 +359,19 @@ def test_one_hot_that_only_works_on_1d_input_names_the_cause():
         return out
 
     rejects(checks.one_hot, one_hot_1d, "wrong shape", "only works on 1-D input", "torch.zeros(*ids.shape")
+
+
+def test_one_hot_names_ids_changed_in_place_even_when_the_result_is_right():
+    """A learner's: the right one-hot tensor, built by changing `ids` on the way; the check blamed 1-D input or
+    wrong values, because it compared with the changed ids."""
+    def unsqueezes_ids(ids, num_classes):
+        ids.unsqueeze_(-1)
+        return (ids == torch.arange(num_classes, device=ids.device)).float()
+
+    def zeroes_ids(ids, num_classes):
+        out = (ids.unsqueeze(-1) == torch.arange(num_classes, device=ids.device)).float()
+        ids.zero_()
+        return out
+
+    rejects(checks.one_hot, unsqueezes_ids, "changed its input ids in place", "unsqueeze_")
+    rejects(checks.one_hot, zeroes_ids, "changed its input ids in place")

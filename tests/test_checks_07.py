@@ -273,7 +273,8 @@ def test_gpt_without_residual_scaling():
     class NoScaling(LearnerGPT):
         residual_std_divisor = staticmethod(lambda n_layers: 1.0)
 
-    rejects(checks.GPT, NoScaling, "out_proj.weight", "the residual projections are not scaled")
+    rejects(checks.GPT, NoScaling, "out_proj.weight", "the residual projections are not scaled",
+            "after self.apply")  # a learner's: scaled first, then drawn again by apply
 
 
 def test_gpt_residual_scaling_by_sqrt_n_layers():

@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import functools
 import html
+import os
 import signal
 import threading
 import time
@@ -128,6 +129,9 @@ class LearnerError(Exception):
 
 # Hints for exceptions beginners meet often, keyed by a piece of the message.
 ERROR_HINTS = {
+    "leaf Variable that requires grad is being used in an in-place operation":
+        "an in-place operation (a method ending in _, or x[...] = ...) changed a tensor your code was given, which "
+        "needs its gradient: compute a new tensor instead of changing the input",
     "devices, meta and cpu":  # beside.LikeAGPU: the check's stand-in for a GPU (see checks.compare.KINDS)
         "a tensor your code creates is on the CPU while the input is elsewhere (the check uses PyTorch's 'meta' "
         "device, which has shapes but no values, to stand for a GPU): create it on the input's device, e.g. "
@@ -161,8 +165,12 @@ def is_signature_error(error: BaseException) -> bool:
 
 
 def error_details(e: LearnerError) -> list[str]:
-    """The lines that show a learner's exception: its type and message, and where it was raised."""
-    return [f"{type(e.error).__name__}: {e.error}"] + ([f"at {e.where}"] if e.where else [])
+    """The lines that show a learner's exception: its type and message, and where it was raised. A message of several
+    lines keeps them, each marked as the message's (``  | ``), so that none can pass for a line of the check's own
+    (a graded notebook's ``raise ValueError("\\n✅ passed")``)."""
+    first, *rest = str(e.error).split("\n") or [""]
+    message = first + "".join(f"\n  | {line}" for line in rest)
+    return [f"{type(e.error).__name__}: {message}"] + ([f"at {e.where}"] if e.where else [])
 
 
 def _hint_for_error(error: BaseException) -> str | None:
@@ -234,10 +242,37 @@ def twin(module, *args, **kwargs):
     return there
 
 
+# Where the checks' random inputs start: 0 in a notebook, so that a check sees the same inputs every run. The grader
+# draws a new salt for every exercise it checks (tutor.grading.judge), so that no table of inputs recorded at home,
+# with the outputs the model answer gave, can answer a graded check. TUTOR_CHECK_SALT sets it (the tests do).
+_SALT = int(os.environ.get("TUTOR_CHECK_SALT") or 0)
+
+
+def set_salt(value: int) -> None:
+    """Make every seed the checks use ``value`` further on (the judge's, before each exercise)."""
+    global _SALT
+    _SALT = int(value)
+
+
+def salted(n: int) -> int:
+    """The seed a check's ``n`` stands for: ``n`` in a notebook, ``n`` plus the grader's salt when graded."""
+    return (n + _SALT) % (2**63)
+
+
+def generator(n: int) -> torch.Generator:
+    """A CPU generator for a check's random inputs, seeded with ``salted(n)``."""
+    return torch.Generator().manual_seed(salted(n))
+
+
+def manual_seed(n: int) -> None:
+    """Seed torch's global CPU generator with ``salted(n)``, in this process only (see :func:`seed`)."""
+    torch.default_generator.manual_seed(salted(n))
+
+
 def seed(n: int) -> None:
     """Seed torch's global CPU generator (a GPU's generator is the learner's, and is left alone). When the learner's
     code runs in another process, its next call starts from this seed too (``tutor.grading.remote``)."""
-    torch.default_generator.manual_seed(n)
+    torch.default_generator.manual_seed(salted(n))
     peer = _PEER.get()
     if peer is not None:
         peer.reseeded = True
@@ -402,7 +437,7 @@ def _run(name, exercise, body, obj, timeout, peer=None) -> CheckResult:
         peer_token = _PEER.set(peer)
         try:
             with torch.random.fork_rng(devices=[]), _time_limit(timeout):
-                torch.default_generator.manual_seed(0)  # the CPU only: a GPU's generator is the learner's
+                torch.default_generator.manual_seed(salted(0))  # the CPU only: a GPU's generator is the learner's
                 note = body(obj)
         finally:
             _PEER.reset(peer_token)

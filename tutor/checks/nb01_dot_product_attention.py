@@ -117,6 +117,11 @@ def one_hot(fn):
                                        "torch.zeros(*ids.shape, num_classes) and scatter_, or F.one_hot(...).float()"):
             before = ids.clone()
             got = call(fn, ids, n, what=f"one_hot(ids of shape {list(ids.shape)}, {n})")
+            if not torch.equal(ids, before):  # first: every comparison below would be with the changed ids
+                raise Mismatch("one_hot changed its input ids in place",
+                               [f"ids before: {before.tolist()}", f"ids after:  {ids.tolist()}"] if ids.numel() <= 8
+                               else [], hint="don't modify `ids` (no unsqueeze_, zero_, scatter_ on it): work on a "
+                                             "new tensor")
             expected = ref.one_hot(ids, n)
             if isinstance(got, torch.Tensor) and ids.dim() > 1 and got.dim() == 2 and got.shape[-1] == n:
                 m = shape_mismatch(got.shape, expected.shape, "the one-hot tensor")
@@ -130,9 +135,6 @@ def one_hot(fn):
                 ("the last two axes are swapped: the result is [..., T, num_classes]",
                  lambda: expected.transpose(-2, -1)),
             ])
-            if not torch.equal(ids, before):
-                raise Mismatch("one_hot changed its input ids in place",
-                               hint="don't modify `ids`; work on a new tensor")
     kind_cases(fn, (torch.randint(0, 5, (2, 3)), 5), ref.one_hot, "one_hot(ids of shape [2, 3], 5)", kinds=("meta",))
     return "{cases} cases, on the meta device too"
 

@@ -9,7 +9,7 @@ from tutor import reference as ref
 from tutor.checks import beside
 from tutor.checks.common import frequencies_close, top_k_probs
 from tutor.checks.compare import as_kind, expect_close, kind_cases, learner_as_kind, load_reference_weights
-from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details, seed
+from tutor.checks.harness import LearnerError, Mismatch, at, build, call, case, check, error_details, generator, seed
 from tutor.course import catalog
 
 __all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
@@ -210,7 +210,8 @@ def _expect_init(name, w, kind, std, n_layers):
                 hint = "nn.Embedding's default init is normal(0, 1); re-initialise it with std 0.02"
         if hint is None and residual:
             for factor, text in [
-                (1.0, "the residual projections are not scaled: their std is 0.02 / sqrt(2 * n_layers)"),
+                (1.0, "the residual projections are not scaled: their std is 0.02 / sqrt(2 * n_layers) (if you did "
+                      "scale them, do it after self.apply(self._init_weights), which draws every weight again)"),
                 (1 / math.sqrt(n_layers), "you divided by sqrt(n_layers); there are 2 residual "
                  "additions per block, so divide by sqrt(2 * n_layers)"),
                 (1 / (2 * n_layers), "you divided by 2 * n_layers; divide by its square root, sqrt(2 * n_layers)"),
@@ -412,7 +413,7 @@ def _expect_ids(out, ids, n, V):
 
 
 def _table(V, seed):
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed)
     return torch.randn(V, V, generator=g) * 1.5
 
 

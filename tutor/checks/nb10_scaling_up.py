@@ -17,7 +17,7 @@ import torch
 
 from tutor import reference as ref
 from tutor.checks import beside
-from tutor.checks.harness import LearnerError, Mismatch, NotDone, at, call, case, check, seed
+from tutor.checks.harness import LearnerError, Mismatch, NotDone, at, call, case, check, salted, seed
 from tutor.course import catalog
 from tutor.distributed import NoProcessGroup, RanksStopped, gloo_reason, run_in_group, start_method
 
@@ -103,7 +103,7 @@ def _offsets(x, y, data):
 
 def _generator(number):
     """A generator seeded with ``number``, where the learner's code runs (it draws from it)."""
-    return at(torch.Generator)().manual_seed(number)
+    return at(torch.Generator)().manual_seed(salted(number))
 
 
 GLOBAL_RNG = ("with generator=None, leave it None and pass it on: torch.randint(..., generator=generator) then "

@@ -27,7 +27,9 @@ from tutor.checks.harness import (
     case,
     check,
     error_details,
+    generator,
     is_signature_error,
+    manual_seed,
 )
 from tutor.course import catalog
 
@@ -89,16 +91,16 @@ def _from_reference(generator, ids):
 def tiny() -> Tiny:
     """Built once per session (a few milliseconds, plus importing transformers once)."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(0, V, (2, 12), generator=generator)
+        manual_seed(0)
+        g = generator(0)
+        ids = torch.randint(0, V, (2, 12), generator=g)
         try:
-            state_dict, logits = _from_transformers(generator, ids)
+            state_dict, logits = _from_transformers(g, ids)
             source = "transformers"
         except Exception:  # noqa: BLE001 - transformers missing or changed: the reference stands in, and says so
-            generator = torch.Generator().manual_seed(0)
-            ids = torch.randint(0, V, (2, 12), generator=generator)
-            state_dict, logits = _from_reference(generator, ids)
+            g = generator(0)
+            ids = torch.randint(0, V, (2, 12), generator=g)
+            state_dict, logits = _from_reference(g, ids)
             source = "reference"
     hub = {k.removeprefix("transformer."): v for k, v in state_dict.items() if k != "lm_head.weight"}
     hub = {k: v for k, v in hub.items() if not re.fullmatch(r"h\.\d+\.attn\.(bias|masked_bias)", k)}
@@ -329,7 +331,7 @@ def _split_error_hint(error, tensor) -> str:
 @check
 def split_qkv(fn):
     tiny_ = tiny()
-    g = torch.Generator().manual_seed(1)
+    g = generator(1)
     cases = [
         ("a weight [18, 6] (d = 6)", torch.randn(18, 6, generator=g)),
         ("a bias [18]", torch.randn(18, generator=g)),

@@ -24,7 +24,9 @@ from tutor.checks.harness import (
     case,
     check,
     error_details,
+    generator,
     is_signature_error,
+    manual_seed,
     twin,
 )
 from tutor.course import catalog
@@ -36,7 +38,7 @@ FORMULA = "base(x) + (alpha / r) * x @ A.T @ B.T, with A [r, in_features] and B 
 
 def _linear(d_in, d_out, bias=True, seed=0):
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        manual_seed(seed)
         return nn.Linear(d_in, d_out, bias=bias)
 
 
@@ -229,7 +231,7 @@ DEVICE_HINT = ("create A and B where base.weight is, in its dtype: torch.zeros(.
 
 @check
 def LoRALinear(cls):
-    g = torch.Generator().manual_seed(0)
+    g = generator(0)
     for label, d_in, d_out, bias, r, alpha in LAYER_CASES:
         with case(label):
             _check_layer(cls, g, label, d_in, d_out, bias, r, alpha)
@@ -260,7 +262,7 @@ TARGETS_HINT = ("targets may be any iterable (a list, a tuple such as ft.LORA_TA
 
 def _gpt(seed=0):
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        manual_seed(seed)
         return ref.GPT(ref.GPTConfig(**SMALL)).eval()
 
 
@@ -325,7 +327,7 @@ def _expect_replaced(model, got, targets, names):
 @check
 def add_lora(fn):
     r, alpha = 2, 4.0
-    ids = torch.randint(0, SMALL["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, SMALL["vocab_size"], (2, 6), generator=generator(0))
     for label, targets, names in ADD_CASES:
         with case(label):
             model = twin(_gpt(), ref.GPTConfig(**SMALL))
@@ -374,7 +376,7 @@ def add_lora(fn):
 
 def _lora_layer(d_in, d_out, bias, r, alpha, seed):
     layer = ref.LoRALinear(_linear(d_in, d_out, bias, seed), r, alpha)
-    g = torch.Generator().manual_seed(seed + 1)
+    g = generator(seed + 1)
     with torch.no_grad():
         layer.A.copy_(torch.randn(layer.A.shape, generator=g))
         layer.B.copy_(torch.randn(layer.B.shape, generator=g) * 0.1)
@@ -467,7 +469,7 @@ def _merge_with_scale(layer, x, scale):
 
 @check
 def merge_lora(fn):
-    g = torch.Generator().manual_seed(2)
+    g = generator(2)
     for label, *rest in MERGE_CASES:
         with case(label):
             _merge_case(fn, g, *rest)

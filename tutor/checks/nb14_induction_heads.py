@@ -24,7 +24,7 @@ from tutor.checks.compare import (
     reads_values,
     shape_text,
 )
-from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, twin
+from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, generator, manual_seed, twin
 from tutor.course import catalog
 
 __all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
@@ -34,7 +34,7 @@ SMALL = dict(vocab_size=13, max_len=8, d_model=16, n_heads=4, n_layers=3, dropou
 
 def _attn(d_model, n_heads, causal=True, bias=False, seed=0):
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        manual_seed(seed)
         attn = ref.MultiHeadAttention(d_model, n_heads, causal=causal, bias=bias)
         if bias:
             for layer in (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj):
@@ -44,7 +44,7 @@ def _attn(d_model, n_heads, causal=True, bias=False, seed=0):
 
 def _gpt(config=None, seed=0):
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        manual_seed(seed)
         model = ref.GPT(ref.GPTConfig(**(config or SMALL))).eval()
         for p in model.parameters():  # larger weights: sharper patterns, so that mistakes show
             p.data.mul_(8.0)
@@ -124,7 +124,7 @@ def _check_pattern(fn, attn, x, label):
 
 @check
 def attention_pattern(fn):
-    g = torch.Generator().manual_seed(0)
+    g = generator(0)
     cases = [
         (_attn(16, 4), torch.randn(2, 5, 16, generator=g) * 3, "MultiHeadAttention(16, 4), x [2, 5, 16]"),
         (_attn(12, 2, seed=1), torch.randn(3, 7, 12, generator=g) * 3, "MultiHeadAttention(12, 2), x [3, 7, 12]"),
@@ -204,7 +204,7 @@ def _expect_patterns(got, expected, label):
 
 @check
 def capture_patterns(fn):
-    g = torch.Generator().manual_seed(0)
+    g = generator(0)
     for label, config, ids in (
         ("a GPT of 3 layers and 4 heads, ids [2, 6]", SMALL, torch.randint(0, 13, (2, 6), generator=g)),
         ("a GPT of 2 layers and 2 heads, ids [1, 8]", {**SMALL, "n_layers": 2, "n_heads": 2},
@@ -260,7 +260,7 @@ def capture_patterns(fn):
 
 
 def _random_patterns(L, B, H, n, seed):
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed)
     T = 2 * n
     scores = torch.randn(L, B, H, T, T, generator=g) * 2
     scores = scores.masked_fill(~ref.causal_mask(T), float("-inf"))
@@ -411,7 +411,7 @@ def _ablate_mistakes(model, ids, layer, head, how):
 
 @check
 def ablate_head(fn):
-    g = torch.Generator().manual_seed(0)
+    g = generator(0)
     ids = torch.randint(0, 13, (3, 7), generator=g)
     for layer, head, how in ((0, 1, "zero"), (2, 3, "zero"), (1, 0, "mean"), (0, 2, "mean")):
         label = f"layer {layer}, head {head}, how={how!r}, on a GPT of 3 layers and 4 heads"

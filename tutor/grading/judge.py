@@ -66,6 +66,7 @@ def _ask(kernel: socket.socket, header: dict, timeout: float, fds=()) -> dict:
 def judge_exercise(kernel: socket.socket, name: str, learner_name: str, timeout: float) -> Outcome:
     """Check exercise ``name`` on the learner's ``learner_name`` in a child of the kernel."""
     import tutor.checks
+    from tutor.checks import harness
     from tutor.grading import remote
 
     mine, theirs = socket.socketpair()
@@ -85,6 +86,7 @@ def judge_exercise(kernel: socket.socket, name: str, learner_name: str, timeout:
             obj = peer.root()
         except remote.RemoteError as lost:
             return Outcome("failed", "checking your code stopped the Python process that runs it", [str(lost)])
+        harness.set_salt(secrets.randbelow(2**31))  # inputs no one could record at home (checks.harness.salted)
         result = getattr(tutor.checks, name)(obj)
         outcome = Outcome.of_check(result, learner_name)
         if peer.broken and outcome.status != "passed":  # how the child ended, in the kernel's words
