@@ -428,7 +428,11 @@ def test_an_added_cell_that_forges_the_grade_earns_nothing_and_is_flagged(batch,
 def test_forged_results_on_the_grader_s_channel_are_not_listened_to(batch):
     students, _ = batch
     s = students["attack-channel"]
-    assert {e.status for e in s.exercises} == {"not done"}  # (the judge skips what it did not ask for)
+    # (the judge skips what it did not ask for). The flood also leaks a file descriptor for every one that is not
+    # a socket; where it uses up the sandbox's open files before an exercise is checked, that exercise fails for
+    # it, and says so, instead of going ungraded.
+    for e in s.exercises:
+        assert e.status == "not done" or (e.status == "failed" and "ran out of open files" in e.summary), e.text()
 
 
 def test_patches_of_torch_importlib_os_and_signals_in_the_kernel_do_not_reach_the_checks(batch):

@@ -77,6 +77,9 @@ def judge_exercise(kernel: socket.socket, name: str, learner_name: str, timeout:
     if reply.get("missing") is True:
         mine.close()
         return Outcome("missing", f"the notebook does not define `{learner_name}`")
+    if "failed" in reply:  # the learner's code made its own process unable to take the check's socket
+        mine.close()
+        return Outcome("failed", wire.text(reply.get("failed"), 300))
     if "child" not in reply:
         mine.close()
         return Outcome.error(f"not graded: {wire.text(reply.get('error'), 300) or 'the kernel did not serve it'}")
