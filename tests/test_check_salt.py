@@ -73,3 +73,47 @@ def test_an_input_changed_in_place_while_it_needs_its_gradient_is_named():
         harness.set_salt(0)
     assert result.status == "failed", result
     assert "in-place operation" in str(result) and "changed a tensor your code was given" in str(result), result
+
+
+def test_the_schedule_check_draws_one_setting_of_its_own():
+    """A hostile student's table of lr_schedule's answers for the check's settings (they were all fixed)."""
+    table = {}
+
+    def record(step, max_lr, warmup_steps, total_steps, min_lr=0.0):
+        table[(step, max_lr, warmup_steps, total_steps, min_lr)] = value = ref.lr_schedule(
+            step, max_lr, warmup_steps, total_steps, min_lr)
+        return value
+
+    def replay(step, max_lr, warmup_steps, total_steps, min_lr=0.0):
+        return table[(step, max_lr, warmup_steps, total_steps, min_lr)]
+
+    try:
+        harness.set_salt(0)
+        assert checks.lr_schedule(record).status == "passed"
+        assert checks.lr_schedule(replay).status == "passed"
+        harness.set_salt(4242)
+        assert checks.lr_schedule(replay).status == "failed"
+    finally:
+        harness.set_salt(0)
+
+
+def test_a_helper_or_torch_changed_by_the_notebook_is_seen():
+    """The kernel's memory of the course's helpers covers every class attribute (a property added to
+    PatternCounter) and the torch functions they rely on (torch.is_grad_enabled)."""
+    from tutor.checks import beside
+    from tutor.grading import serve
+
+    serve.keep_pristine()
+    assert serve._tampered("tutor.checks.beside") is None and serve._tampered("torch") is None
+    beside.PatternCounter.frozen = property(lambda self: 1)
+    try:
+        assert serve._tampered("tutor.checks.beside") == "PatternCounter"
+    finally:
+        del beside.PatternCounter.frozen
+    original = torch.is_grad_enabled
+    torch.is_grad_enabled = lambda: False
+    try:
+        assert serve._tampered("torch") == "is_grad_enabled"
+    finally:
+        torch.is_grad_enabled = original
+    assert serve._tampered("tutor.checks.beside") is None and serve._tampered("torch") is None

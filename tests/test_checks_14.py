@@ -309,3 +309,38 @@ def test_ablate_mistakes_are_named(kwargs, needles):
 
 def test_ablating_nothing_is_named():
     rejects(checks.ablate_head, lambda model, ids, layer, head, how="zero": model(ids), "nothing was ablated")
+
+
+def test_a_pattern_read_off_the_layer_s_own_run_is_rejected():
+    """A hostile student's: run the layer and keep what reaches attn.dropout (the probabilities)."""
+    def attention_pattern(attn, x):
+        seen = []
+        handle = attn.dropout.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+        try:
+            attn(x)
+        finally:
+            handle.remove()
+        return seen[0]
+
+    rejects(checks.attention_pattern, attention_pattern, "runs the layer", "q_proj")
+
+
+def test_a_hook_left_on_the_model_is_seen_even_when_it_goes_quiet():
+    """A hostile student's: hooks never removed, but silenced once the call returns, so no extra calls show."""
+    def capture_patterns(model, ids, pattern_fn):
+        out, live = [], [True]
+
+        def hook(attn, args):
+            if live[0]:
+                out.append(pattern_fn(attn, args[0]).detach())
+
+        for block in model.blocks:
+            block.attn.register_forward_pre_hook(hook)
+        try:
+            with torch.no_grad():
+                model(ids)
+        finally:
+            live[0] = False
+        return out
+
+    rejects(checks.capture_patterns, capture_patterns, "still registered", "handle.remove()")

@@ -132,7 +132,7 @@ def test_calling_what_does_the_work_elsewhere_earns_nothing(graded):
 def test_replacing_the_helpers_that_see_a_broken_contract_earns_nothing(graded):
     exercise = next(e for e in graded["patched-helpers"].exercises if e.name == "capture_patterns")
     assert exercise.points == 0 and exercise.status != "passed", exercise.text()
-    assert "changed the course's check helper" in exercise.text(), exercise.text()
+    assert "which the course's check helpers rely on" in exercise.text(), exercise.text()
 
 
 def test_the_solution_still_earns_every_point_with_the_equivalents_hidden(graded):

@@ -402,3 +402,23 @@ class PatternCounter:
     def __call__(self, attn, x):
         self.calls += 1
         return self.fn(attn, x)
+
+
+class UnrunnableAttention(nn.Module):
+    """For ``attention_pattern``: notebook 04's attention layer (the same parameters, built from the model answer's
+    class where this runs) whose forward refuses to run, so that the pattern can only come from ``q_proj`` and
+    ``k_proj`` (running the layer and reading its weights from a hook on ``attn.dropout`` is not the exercise)."""
+
+    MESSAGE = "attn(x) was called: compute the pattern from attn.q_proj and attn.k_proj, without running the layer"
+
+    def __init__(self, d_model, n_heads, causal=True, bias=False):
+        super().__init__()
+        from tutor.reference.attention import MultiHeadAttention
+
+        inner = MultiHeadAttention(d_model, n_heads, causal=causal, bias=bias)
+        self.n_heads, self.causal = inner.n_heads, inner.causal
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = inner.q_proj, inner.k_proj, inner.v_proj, inner.out_proj
+        self.dropout, self.fused = inner.dropout, False
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError(self.MESSAGE)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tutor import reference as ref
 from tutor.checks import beside
 from tutor.checks.compare import expect_close, first_difference, kind_cases
-from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, error_details, seed, twin
+from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, error_details, generator, seed, twin
 from tutor.course import catalog
 from tutor.data import NamesDataset, collate, make_loader
 
@@ -252,6 +252,12 @@ def lr_schedule(fn):
         ("min_lr left at its default 0: max_lr=0.5, warmup_steps=4, total_steps=20", 0.5, 4, 20, 0.0, False),
         ("no warm-up: max_lr=2e-3, warmup_steps=0, total_steps=50, min_lr=2e-4", 2e-3, 0, 50, 2e-4, True),
     ]
+    # and one drawn from the check's seed: the same in a notebook, new for every graded run (no table of answers)
+    u = torch.rand(4, generator=generator(7)).tolist()
+    max_lr, warmup = round(1e-4 + u[0] * 9.9e-3, 6), 1 + int(u[1] * 40)
+    total, min_lr = warmup + 20 + int(u[2] * 300), round(max_lr * u[3] * 0.2, 8)
+    settings.append((f"max_lr={max_lr:g}, warmup_steps={warmup}, total_steps={total}, min_lr={min_lr:g}",
+                     max_lr, warmup, total, min_lr, True))
     for label, max_lr, warmup, total, min_lr, pass_min in settings:
         with case(label):
             stride = max(1, total // 100)
@@ -259,7 +265,7 @@ def lr_schedule(fn):
                            | set(range(0, total + 1, stride)) | {total - 1, total, total + 1, total + 7, 2 * total})
             got = _learner_curve(fn, steps, max_lr, warmup, total, min_lr, pass_min)
             _compare_curve(got, steps, max_lr, warmup, total, min_lr)
-    return "4 schedules, warm-up, cosine, min_lr and after the end"
+    return "5 schedules, warm-up, cosine, min_lr and after the end"
 
 
 # --- train_step -----------------------------------------------------------------------------

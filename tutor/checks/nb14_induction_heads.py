@@ -24,7 +24,18 @@ from tutor.checks.compare import (
     reads_values,
     shape_text,
 )
-from tutor.checks.harness import LearnerError, Mismatch, at, call, case, check, generator, manual_seed, twin
+from tutor.checks.harness import (
+    LearnerError,
+    Mismatch,
+    at,
+    call,
+    case,
+    check,
+    error_details,
+    generator,
+    manual_seed,
+    twin,
+)
 from tutor.course import catalog
 
 __all__ = catalog.check_names(__name__)  # this notebook's exercises (tutor.course.catalog)
@@ -161,6 +172,23 @@ def attention_pattern(fn):
                 raise
             expect_kind(got, beside.like_a_gpu(ref.attention_pattern, theirs, x_kind), f"the output of {label}",
                         kind, names="B H T T")
+    with case("a layer whose forward refuses to run: the pattern comes from q_proj and k_proj"):
+        attn = _attn(16, 4, seed=7)
+        mine = at(beside.UnrunnableAttention)(16, 4)
+        mine.load_state_dict(attn.state_dict())
+        mine.eval()
+        x = torch.randn(2, 5, 16, generator=g) * 3
+        try:
+            got = call(fn, mine, x, what="attention_pattern(attn, x) on a layer whose forward raises")
+        except LearnerError as e:
+            if beside.UnrunnableAttention.MESSAGE in str(e.error):
+                raise Mismatch("attention_pattern runs the layer, attn(x), instead of computing the pattern",
+                               error_details(e),
+                               hint="compute softmax(q kᵀ / √d_head) from attn.q_proj(x) and attn.k_proj(x) "
+                                    "yourself: that computation is the exercise") from None
+            raise
+        expect_close(got, ref.attention_pattern(attn, x).detach(), "the pattern of a layer that is not run",
+                     names="B H T T")
     return "{cases} cases: 1, 2 and 4 heads, biases, one position, causal or not, float64 and meta"
 
 
@@ -202,6 +230,16 @@ def _expect_patterns(got, expected, label):
         expect_close(g, e, f"the pattern of layer {layer} ({label})", names="B H T T", hint=hint)
 
 
+def _hooks(model, n_layers) -> int:
+    """The forward hooks and pre-hooks on the model, its blocks and their attention layers (where the learner runs)."""
+    modules = [model] + [m for i in range(n_layers) for m in (model.blocks[i], model.blocks[i].attn)]
+    return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in modules)
+
+
+LEFT_HOOK = ("keep the handle register_forward_pre_hook returns and call handle.remove() on each, in a finally: "
+             "block")
+
+
 @check
 def capture_patterns(fn):
     g = generator(0)
@@ -214,7 +252,7 @@ def capture_patterns(fn):
             model = _gpt(config)
             mine = twin(model, ref.GPTConfig(**config))
             before, logits, expected = _state(model), model(ids).detach(), ref.capture_patterns(model, ids)
-            counter = _counter()
+            counter, hooks = _counter(), _hooks(mine, config["n_layers"])
             got, graphs = call(at(beside.with_graph), fn, mine, ids, counter,
                                what=f"capture_patterns(model, ids, pattern_fn) on {label}")
             got = list(got) if isinstance(got, list) else got  # a copy: a hook left behind would add to it
@@ -232,15 +270,17 @@ def capture_patterns(fn):
             if counter.calls != calls:
                 raise Mismatch("a hook is still registered after capture_patterns returned: the model ran once more "
                                "and pattern_fn was called again", [f"{counter.calls - calls} more calls"],
-                               hint="keep the handle register_forward_pre_hook returns and call handle.remove() on "
-                                    "each, in a finally: block")
+                               hint=LEFT_HOOK)
+            if _hooks(mine, config["n_layers"]) != hooks:
+                raise Mismatch("a hook is still registered on the model after capture_patterns returned (even if it "
+                               "does nothing now)", hint=LEFT_HOOK)
             _expect_unchanged(mine, before, "capture_patterns", CAPTURE_HINT)
             expect_close(mine(ids).detach(), logits, "the model's logits after capture_patterns",
                          hint="a hook must only read: return None from it, and don't change args[0] in place")
     with case("a model that raises (ids longer than its max_len): the hooks must still be removed"):
         model = _gpt()
         mine = twin(model, ref.GPTConfig(**SMALL))
-        counter = _counter()
+        counter, hooks = _counter(), _hooks(mine, SMALL["n_layers"])
         too_long = torch.randint(0, 13, (1, 12), generator=g)
         try:
             call(fn, mine, too_long, counter, what="capture_patterns(model, ids of 12 tokens, pattern_fn)")
@@ -249,7 +289,7 @@ def capture_patterns(fn):
         ids = torch.randint(0, 13, (1, 5), generator=g)
         calls = counter.calls
         call(mine, ids, what="the model, run after capture_patterns raised")
-        if counter.calls != calls:
+        if counter.calls != calls or _hooks(mine, SMALL["n_layers"]) != hooks:
             raise Mismatch("after the model raised inside capture_patterns, its hooks stayed on the model",
                            hint="remove the hooks in a finally: block, so that an error in the model does not leave "
                                 "them behind: " + CAPTURE_HINT)

@@ -176,11 +176,14 @@ BY_NAME = {e.name: e for e in EXERCISES}
 
 # Definitions elsewhere in the package that do an exercise's work (a figure's helper, a parity test's): hidden with
 # the model answer while the exercise is graded (tutor.grading.lock), so that graded code cannot call them instead.
-# Found by a hostile student (stop 48); tests/test_grade_attacks.py holds each one out.
+# Found by hostile students (stop 48); tests/test_grade_attacks_14.py holds notebook 14's out.
 EQUIVALENTS = {
+    "train_step": ("tutor.train.loop.accumulate_step",),
+    "evaluate": ("tutor.train.validation.val_losses", "tutor.train.validation.position_losses"),
     "attention_pattern": ("tutor.viz.training._weights_from_input",),
     "capture_patterns": ("tutor.viz.training.attention_weights",),
-    "induction_scores": ("tutor.huggingface.tutorial_induction_scores",),
+    "induction_scores": ("tutor.huggingface.tutorial_induction_scores",
+                         "tutor.reference.interpretability.previous_token_scores"),
     "ablate_head": ("tutor.reference.interpretability.ablated",),
 }
 

@@ -76,16 +76,28 @@ class Handles:
 # The course's modules whose helpers a check builds beside the learner's code, as they were before that code ran
 # (:func:`keep_pristine`, called by the kernel's preamble): module name -> {attribute: (value, its code, its
 # class's own functions)}.
-COURSE_HELPERS = ("tutor.checks.beside", "tutor.distributed")
+COURSE_HELPERS = ("tutor.checks.beside", "tutor.distributed")  # (and TORCH_RELIED_ON below)
 _PRISTINE: dict[str, dict] = {}
 
 
-def _fingerprint(value):
-    code = getattr(value, "__code__", None)
-    methods = None
-    if isinstance(value, type):
-        methods = {k: (v, getattr(v, "__code__", None)) for k, v in vars(value).items() if callable(v)}
-    return value, code, methods
+# What the helpers rely on in torch to see how the learner's code ran (gradients on or off).
+TORCH_RELIED_ON = ("is_grad_enabled", "is_inference_mode_enabled", "no_grad", "enable_grad", "set_grad_enabled",
+                   "inference_mode")
+
+
+# What Python itself adds to a class as it is used (copy and pickle cache __slotnames__): not a change.
+_RUNTIME_CACHES = ("__dict__", "__weakref__", "__slotnames__", "_abc_impl")
+
+
+def _class_state(cls) -> dict:
+    """Every attribute a class defines (methods, properties, values), each with its code where it has one."""
+    return {k: (v, getattr(v, "__code__", None)) for k, v in vars(cls).items() if k not in _RUNTIME_CACHES}
+
+
+def _fingerprint(value, module: str | None = None):
+    """The value, its code, and, for a class defined in ``module`` itself, its own attributes."""
+    own = isinstance(value, type) and (module is None or getattr(value, "__module__", None) == module)
+    return value, getattr(value, "__code__", None), _class_state(value) if own else None
 
 
 def keep_pristine() -> None:
@@ -93,7 +105,10 @@ def keep_pristine() -> None:
     one of their helpers gets it only if the learner's code left the module alone."""
     for name in COURSE_HELPERS:
         module = importlib.import_module(name)
-        _PRISTINE[name] = {k: _fingerprint(v) for k, v in vars(module).items() if not k.startswith("__")}
+        _PRISTINE[name] = {k: _fingerprint(v, name) for k, v in vars(module).items() if not k.startswith("__")}
+    import torch
+
+    _PRISTINE["torch"] = {k: _fingerprint(getattr(torch, k)) for k in TORCH_RELIED_ON if hasattr(torch, k)}
 
 
 def _tampered(module_name: str) -> str | None:
@@ -104,7 +119,7 @@ def _tampered(module_name: str) -> str | None:
         if now is not value or getattr(now, "__code__", None) is not code:
             return name
         if methods is not None:
-            current = {k: (v, getattr(v, "__code__", None)) for k, v in vars(value).items() if callable(v)}
+            current = _class_state(value)
             if current.keys() != methods.keys() or any(
                     current[k][0] is not v or current[k][1] is not c for k, (v, c) in methods.items()):
                 return name
@@ -118,10 +133,11 @@ def _resolve(path: str):
     if not attribute:
         module_name, _, attribute = path.rpartition(".")
     if module_name in _PRISTINE:
-        changed = _tampered(module_name)
-        if changed is not None:
-            raise RuntimeError(f"the notebook changed the course's check helper {module_name}.{changed}: a check "
-                               "cannot trust it")
+        for name in (module_name, "torch"):
+            changed = _tampered(name)
+            if changed is not None:
+                raise RuntimeError(f"the notebook changed {name}.{changed}, which the course's check helpers rely "
+                                   "on: a check cannot trust them")
     obj = importlib.import_module(module_name)
     for part in attribute.split("."):
         obj = getattr(obj, part)
