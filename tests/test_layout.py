@@ -162,6 +162,8 @@ OTHERS_PRIVATE = {
     ("os", "_exit"): "a forked child exits without running the parent's atexit handlers",
     ("widget", "_handle_displayed"): "ipywidgets 7 runs its on-displayed callbacks only through it",
     ("torch", "_dynamo"): "mark_static_address (a CUDA graph's fixed KV buffers) has no public name in torch.compiler",
+    ("m", "_forward_pre_hooks"): "nn.Module lists its hooks nowhere public: a hook left behind (nb 14)",
+    ("m", "_forward_hooks"): "nn.Module lists its hooks nowhere public: a hook left behind (nb 14)",
 }
 
 

@@ -17,6 +17,7 @@
 | ``TUTOR_MAINTAINER`` | tests: ``notebooks/`` must equal a fresh build exactly | ``tests/`` |
 | ``TUTOR_GRADE_RUN`` | set by the grader in its kernels: marks one graded notebook's processes | ``tutor.grading`` |
 | ``TUTOR_CHECK_REMOTE`` | tests: checks call the learner's code in another process, as graded | ``tutor.checks`` |
+| ``TUTOR_CHECK_SALT`` | tests: the salt of the checks' inputs (graded: one per exercise) | ``tutor.checks.salt`` |
 
 "True" is one of ``1``, ``true``, ``yes``, ``on`` (any case, spaces ignored); everything else, an empty
 value included, is false. A switch that is on by default (``TUTOR_PROGRESS``) is off only for ``0``,
@@ -42,6 +43,7 @@ DIST_START = "TUTOR_DIST_START"
 MAINTAINER = "TUTOR_MAINTAINER"
 GRADE_RUN = "TUTOR_GRADE_RUN"
 CHECK_REMOTE = "TUTOR_CHECK_REMOTE"
+CHECK_SALT = "TUTOR_CHECK_SALT"
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})

@@ -18,7 +18,6 @@ import contextlib
 import contextvars
 import functools
 import html
-import os
 import signal
 import threading
 import time
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tutor import env, reference
+from tutor.checks.salt import generator, manual_seed, salted, set_salt  # noqa: F401 - the checks import them here
 from tutor.course import catalog
 from tutor.course.progress import record
 
@@ -240,33 +240,6 @@ def twin(module, *args, **kwargs):
     there.load_state_dict(module.state_dict())
     there.train(module.training)
     return there
-
-
-# Where the checks' random inputs start: 0 in a notebook, so that a check sees the same inputs every run. The grader
-# draws a new salt for every exercise it checks (tutor.grading.judge), so that no table of inputs recorded at home,
-# with the outputs the model answer gave, can answer a graded check. TUTOR_CHECK_SALT sets it (the tests do).
-_SALT = int(os.environ.get("TUTOR_CHECK_SALT") or 0)
-
-
-def set_salt(value: int) -> None:
-    """Make every seed the checks use ``value`` further on (the judge's, before each exercise)."""
-    global _SALT
-    _SALT = int(value)
-
-
-def salted(n: int) -> int:
-    """The seed a check's ``n`` stands for: ``n`` in a notebook, ``n`` plus the grader's salt when graded."""
-    return (n + _SALT) % (2**63)
-
-
-def generator(n: int) -> torch.Generator:
-    """A CPU generator for a check's random inputs, seeded with ``salted(n)``."""
-    return torch.Generator().manual_seed(salted(n))
-
-
-def manual_seed(n: int) -> None:
-    """Seed torch's global CPU generator with ``salted(n)``, in this process only (see :func:`seed`)."""
-    torch.default_generator.manual_seed(salted(n))
 
 
 def seed(n: int) -> None:

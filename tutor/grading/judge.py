@@ -89,7 +89,7 @@ def judge_exercise(kernel: socket.socket, name: str, learner_name: str, timeout:
             obj = peer.root()
         except remote.RemoteError as lost:
             return Outcome("failed", "checking your code stopped the Python process that runs it", [str(lost)])
-        harness.set_salt(secrets.randbelow(2**31))  # inputs no one could record at home (checks.harness.salted)
+        harness.set_salt(secrets.randbelow(2**31))  # inputs no one could record at home (tutor.checks.salt)
         result = getattr(tutor.checks, name)(obj)
         outcome = Outcome.of_check(result, learner_name)
         if peer.broken and outcome.status != "passed":  # how the child ended, in the kernel's words
