@@ -168,7 +168,7 @@ def error_details(e: LearnerError) -> list[str]:
     """The lines that show a learner's exception: its type and message, and where it was raised. A message of several
     lines keeps them, each marked as the message's (``  | ``), so that none can pass for a line of the check's own
     (a graded notebook's ``raise ValueError("\\n✅ passed")``)."""
-    first, *rest = str(e.error).split("\n") or [""]
+    first, *rest = str(e.error).split("\n")
     message = first + "".join(f"\n  | {line}" for line in rest)
     return [f"{type(e.error).__name__}: {message}"] + ([f"at {e.where}"] if e.where else [])
 

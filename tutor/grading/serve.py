@@ -74,8 +74,8 @@ class Handles:
 
 
 # The course's modules whose helpers a check builds beside the learner's code, as they were before that code ran
-# (:func:`keep_pristine`, called by the kernel's preamble): module name -> {attribute: (value, its code, its
-# class's own functions)}.
+# (:func:`keep_pristine`, called by the kernel's preamble): module name -> {attribute: (value, its code, and for a
+# class of the module's own, every attribute it defines)}.
 COURSE_HELPERS = ("tutor.checks.beside", "tutor.distributed")  # (and TORCH_RELIED_ON below)
 _PRISTINE: dict[str, dict] = {}
 
