@@ -300,3 +300,42 @@ def test_sft_example_reference_labels():
 ])
 def test_sft_example_rejects(wrong, needles):
     rejects(checks.sft_example, make_sft(**wrong), *needles)
+
+
+def test_a_merged_layer_that_calls_the_lora_layer_instead_of_merging_is_rejected():
+    """A hostile student's: an nn.Linear subclass whose forward runs a hidden copy of the LoRA layer."""
+    import copy
+
+    def merge_lora(layer):
+        base = layer.base
+
+        class Merged(nn.Linear):
+            def forward(self, x):
+                return self._lora[0](x)
+
+        merged = Merged(base.in_features, base.out_features, bias=base.bias is not None,
+                        device=base.weight.device, dtype=base.weight.dtype)
+        with torch.no_grad():
+            merged.weight.copy_(base.weight)
+            if base.bias is not None:
+                merged.bias.copy_(base.bias)
+        object.__setattr__(merged, "_lora", [copy.deepcopy(layer)])
+        return merged
+
+    rejects(checks.merge_lora, merge_lora, "its own weight and bias", "merge into the weight")
+
+
+def test_sft_example_draws_a_case_a_table_of_the_fixed_ones_cannot_answer():
+    from tutor.checks import harness, nb13_lora
+
+    table = {(tuple(p), tuple(r), b): ref.sft_example(p, r, b) for _, p, r, b in nb13_lora.SFT_CASES}
+
+    def sft_example(prompt, response, block_size):
+        return table[(tuple(prompt), tuple(response), block_size)]
+
+    try:
+        harness.set_salt(777)
+        assert checks.sft_example(sft_example).status == "failed"
+        assert checks.sft_example(ref.sft_example).status == "passed"
+    finally:
+        harness.set_salt(0)

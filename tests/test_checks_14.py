@@ -344,3 +344,18 @@ def test_a_hook_left_on_the_model_is_seen_even_when_it_goes_quiet():
         return out
 
     rejects(checks.capture_patterns, capture_patterns, "still registered", "handle.remove()")
+
+
+def test_the_model_answer_s_forward_called_by_hand_on_the_layer_is_rejected_too():
+    """A hostile student's: notebook 04's MultiHeadAttention.forward called on the unrunnable layer, with a hook on
+    its dropout; the dropout refuses to run as well."""
+    def attention_pattern(attn, x):
+        got = []
+        handle = attn.dropout.register_forward_hook(lambda m, args, out: got.append(args[0]))
+        try:
+            ref.MultiHeadAttention.forward(attn, x)
+        finally:
+            handle.remove()
+        return got[0]
+
+    rejects(checks.attention_pattern, attention_pattern, "runs the layer")

@@ -418,7 +418,18 @@ class UnrunnableAttention(nn.Module):
         inner = MultiHeadAttention(d_model, n_heads, causal=causal, bias=bias)
         self.n_heads, self.causal = inner.n_heads, inner.causal
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = inner.q_proj, inner.k_proj, inner.v_proj, inner.out_proj
-        self.dropout, self.fused = inner.dropout, False
+        self.dropout, self.fused = _Refuses(self.MESSAGE), False  # (a forward called on it by hand stops here too)
 
     def forward(self, *args, **kwargs):
         raise RuntimeError(self.MESSAGE)
+
+
+class _Refuses(nn.Module):
+    """A submodule that raises when run: the attention weights never pass through a module of this layer."""
+
+    def __init__(self, message):
+        super().__init__()
+        self.message = message
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError(self.message)

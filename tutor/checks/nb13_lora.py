@@ -453,6 +453,11 @@ def _merge_case(fn, g, d_in, d_out, bias, r, alpha, dtype, scale):
                        ["nn.Linear draws a bias of its own; it must be replaced by base.bias"],
                        hint="copy it: merged.bias.copy_(base.bias) under torch.no_grad()")
     got = call(merged, x, what="merged(x)")
+    own = torch.nn.functional.linear(x, merged.weight.detach(), None if merged.bias is None else merged.bias.detach())
+    if not torch.allclose(own, got, atol=1e-4):  # a forward of its own that does not read its weight
+        raise Mismatch("the merged layer's output is not x Wᵀ + b with its own weight and bias",
+                       hint="merge into the weight: a plain nn.Linear whose weight is W + scale * B @ A, and no "
+                            "forward of your own")
     mistakes = _merge_mistakes(reference, x)
     if scale is not None:
         mistakes.insert(0, ("the scale is recomputed from alpha and r; read layer.scale, which may have been set "
@@ -533,7 +538,14 @@ def _sft_call(fn, prompt, response, block):
 
 @check
 def sft_example(fn):
-    for label, prompt, response, block in SFT_CASES:
+    g = generator(11)  # and one pair drawn at random: the same in a notebook, new for every graded run
+    n_prompt, n_response, extra = (int(v) for v in torch.randint(1, 7, (3,), generator=g))
+    prompt = [0] + torch.randint(1, 27, (n_prompt,), generator=g).tolist()
+    response = torch.randint(1, 27, (n_response,), generator=g).tolist() + [0]
+    block = len(prompt) + len(response) - 2 + extra
+    drawn = (f"a prompt of {len(prompt)} and a response of {len(response)} tokens drawn at random, block {block}",
+             prompt, response, block)
+    for label, prompt, response, block in SFT_CASES + [drawn]:
         with case(label):
             x_ref, y_ref = ref.sft_example(prompt, response, block)
             try:
