@@ -83,6 +83,36 @@ def test_the_kernel_s_server_forks_a_child_per_exercise_and_says_what_is_missing
     other.close()
 
 
+FULL_TABLE = """\
+import os, resource, socket, threading
+from tutor.grading import kernel, remote, wire
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+capture = kernel.make_capture()
+capture(["double"], {"double": lambda x: 2 * x})
+judge, theirs = socket.socketpair()
+threading.Thread(target=kernel.serve_judge, args=(theirs, capture), daemon=True).start()
+mine, child = socket.socketpair()
+held = []
+while True:  # the learner's code uses up the process's open files ...
+    try:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+os.close(held.pop())  # ... but for one, which the exercise's socket takes
+wire.write_frame(judge, {"op": "exercise", "name": "double"}, fds=[child.fileno()])
+child.close()
+assert "child" in wire.read_frame(judge)[0]
+print(remote.Peer(mine, timeout=30).root()(21))
+"""
+
+
+def test_an_exercise_is_checked_in_a_kernel_that_used_up_its_open_files():
+    # The child that serves it keeps only its socket and the standard streams. Before, it inherited the full table,
+    # could not open the null device, and the judge saw "Connection reset by peer" (a flood of forged frames in CI).
+    done = subprocess.run([sys.executable, "-c", FULL_TABLE], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "42", done.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------------------
 # The package without the graded model answers
 

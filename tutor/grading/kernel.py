@@ -103,9 +103,11 @@ def serve_judge(channel: socket.socket, capture) -> None:
 
 
 def _exercise(channel, captured: dict, name: str, fds: list[int], children: list[int],
-              _fork=os.fork, _exit=os._exit, _dup=os.dup) -> dict:
+              _fork=os.fork, _exit=os._exit, _closerange=os.closerange) -> dict:
     """Fork a child that serves the learner's ``name`` on the socket in ``fds`` (the process functions bound when
-    this module ran, before the learner's code)."""
+    this module ran, before the learner's code). The child keeps no other file of the kernel's but the standard
+    streams: nothing else the notebook opened is its to use, and a notebook that used up its open files still has
+    its exercise checked."""
     import warnings
 
     _stop(children)
@@ -124,10 +126,12 @@ def _exercise(channel, captured: dict, name: str, fds: list[int], children: list
     if pid == 0:  # the child: serves, then exits without running anything else of the kernel's
         try:
             channel.close()
+            _closerange(3, fds[0])
+            _closerange(fds[0] + 1, max(fds[0] + 1, os.sysconf("SC_OPEN_MAX")))
             from tutor.grading import serve
 
             serve.quiet()
-            serve.serve(socket.socket(fileno=_dup(fds[0])), captured[name])
+            serve.serve(socket.socket(fileno=fds[0]), captured[name])
         finally:
             _exit(0)
     children.append(pid)
