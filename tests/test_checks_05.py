@@ -387,6 +387,16 @@ def rope_half_precision(x, positions=None, theta=10000.0):  # everything in x's 
     return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
 
 
+def rope_relative(x, positions=None, theta=10000.0):  # positions counted from the first one
+    T = x.shape[-2]
+    positions = torch.arange(T) if positions is None else positions
+    return rope_assign(x, positions - positions[0], theta)
+
+
+def rope_bfloat16_inside(x, positions=None, theta=10000.0):  # float32 in and out, bfloat16 in between
+    return rope_half_precision(x.bfloat16(), positions, theta).to(x.dtype)
+
+
 def rope_exponent_i(x, positions=None, theta=10000.0):
     angle = _angles(x, positions, theta, exponent_scale=1.0)
     x0, x1 = x[..., 0::2].float(), x[..., 1::2].float()
@@ -423,6 +433,8 @@ def test_rope_rejects():
     rejects(checks.apply_rope, rope_positions_ignored, "positions", "ignored")
     rejects(checks.apply_rope, rope_float32_out, "dtype", "x.dtype")
     rejects(checks.apply_rope, rope_half_precision, "too coarse", "float32")
+    rejects(checks.apply_rope, rope_relative, "relative to the first one")
+    rejects(checks.apply_rope, rope_bfloat16_inside, "16-bit float", "float32")
     rejects(checks.apply_rope, rope_exponent_i, "i instead of 2i")
     rejects(checks.apply_rope, rope_concat, "two halves")
     rejects(checks.apply_rope, rope_in_place, "in place")

@@ -261,14 +261,17 @@ def _rope_mistakes(x, positions, theta):
          lambda: _rope(x, pos + 1, theta)),
     ]
     if positions is not None and not torch.equal(positions, default):
+        ignored = ("the `positions` argument is ignored: rotate token t by positions[t] "
+                   "(use torch.arange(T) only when positions is None)")
+        relative = "you made the positions relative to the first one; RoPE uses the absolute positions as given"
+        if torch.equal(positions - positions[0], default):  # consecutive positions: the two mistakes look alike
+            ignored = ("the result is what positions 0 … T-1 give: either the `positions` argument is ignored, or "
+                       "you made the positions relative to the first one; rotate token t by positions[t], as given")
         mistakes += [
-            ("the `positions` argument is ignored: rotate token t by positions[t] "
-             "(use torch.arange(T) only when positions is None)",
-             lambda: _rope(x, default, theta)),
+            (ignored, lambda: _rope(x, default, theta)),
             ("the `positions` argument is ignored and the positions are 1-based",
              lambda: _rope(x, default + 1, theta)),
-            ("you made the positions relative to the first one; RoPE uses the absolute positions as given",
-             lambda: _rope(x, positions - positions[0], theta)),
+            (relative, lambda: _rope(x, positions - positions[0], theta)),
         ]
     if theta != 10000.0:
         mistakes.append(("the `theta` argument is ignored: use theta ** (-2i / d), not 10000 ** (-2i / d)",
@@ -276,10 +279,15 @@ def _rope_mistakes(x, positions, theta):
     return mistakes
 
 
-def _rope_hint(got, x):
-    """When no known mistake matches: is it a rotation at all?"""
+def _rope_hint(got, x, expected=None):
+    """When no known mistake matches: computed in 16-bit floats? Is it a rotation at all?"""
     try:
         if isinstance(got, torch.Tensor) and got.shape == x.shape:
+            if expected is not None and x.dtype in (torch.float32, torch.float64) and torch.allclose(
+                    got.detach().float(), expected.float(), rtol=1 / 64, atol=1 / 64 * x.abs().max().item()):
+                return ("your result is off by about the rounding of a 16-bit float: compute the angles, cos, sin "
+                        "and the products in float32 (x.float(), positions.float()), then cast back with "
+                        ".to(x.dtype)")
             n_got = got.detach().float().norm(dim=-1)
             n_x = x.float().norm(dim=-1)
             if not torch.allclose(n_got, n_x, rtol=1e-3, atol=1e-3):
@@ -310,7 +318,7 @@ def _run_rope(fn, x, positions=None, theta=None, *, atol=1e-5, rtol=1e-4):
         raise Mismatch(f"the result has dtype {got.dtype}, expected {x.dtype} (the input's dtype)",
                        hint="compute in float32 (x.float()), then convert back at the end: result.to(x.dtype)")
     expect_close(got, expected, "the rotated x", atol=atol, rtol=rtol,
-                 mistakes=_rope_mistakes(x, positions, th), hint=_rope_hint(got, x))
+                 mistakes=_rope_mistakes(x, positions, th), hint=_rope_hint(got, x, expected))
     return got
 
 
