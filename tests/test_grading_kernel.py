@@ -252,6 +252,10 @@ def test_same_as_answer_sees_renamed_and_reformatted_copies_only():
     ("x = '__tutor_grade_capture'", "grader's machinery"),
     ("from torch.overrides import TorchFunctionMode", "every operation"),
     ("import torch\nlib = torch.library.Library('aten', 'IMPL')", "operator implementations"),
+    ("from peft.tuners.lora import Linear\nLoRALinear = Linear", "notebook 13's LoRA"),
+    ("import transformers as t", "notebook 12's GPT-2"),
+    ("from transformer_lens import HookedTransformer", "notebook 14's hooks"),
+    ("import tiktoken", "notebook 11's BPE"),
 ])
 def test_the_review_flags_code_that_reaches_for_the_machinery(source, reason):
     found = review.flags(source, "cell 3 (a cell you added)")

@@ -9,7 +9,11 @@ worth an instructor's look, and are flagged for review with the cell, the line a
   notebook that uses it, someone tried something;
 - a definition that is the model answer's with only names and formatting changed (:func:`same_as_answer`): the
   answers ship with the course, so a learner can copy them at home. The grader hides them while it grades, which
-  stops their use, not their copy.
+  stops their use, not their copy;
+- a learner's cell that imports a library which does an exercise's work (``LIBRARIES``: PEFT's LoRA layer, GPT-2
+  from ``transformers``, TransformerLens's hooks, tiktoken's BPE). The course uses them in its own cells to prove
+  parity, and those are not the learner's; in an exercise, or a cell the learner added, the grade may be the
+  library's.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ MODULES = {
     "inspect": "reads frames and source", "dis": "reads bytecode", "code": "runs code built at run time",
     "marshal": "loads code objects", "tutor.grading": "reaches the grader",
     "tutor.checks.harness": "reaches the checks' machinery",
+}
+# Libraries that do exercises' work: the course's parity cells use them, a learner's cells need not.
+LIBRARIES = {
+    "peft": "notebook 13's LoRA", "transformers": "notebook 12's GPT-2 and its loading",
+    "transformer_lens": "notebook 14's hooks and patterns", "tiktoken": "notebook 11's BPE",
 }
 # Attributes that reach the machinery whatever they are read from.
 ATTRIBUTES = {
@@ -93,6 +102,9 @@ class Flag:
 
 
 def _module_reason(name: str) -> str | None:
+    if name.split(".")[0] in LIBRARIES:
+        return (f"imports a library that does exercises' work, {LIBRARIES[name.split('.')[0]]} ({name}): "
+                "see that the exercise is the learner's own")
     parts = name.split(".")
     for end in range(len(parts), 0, -1):
         key = ".".join(parts[:end])
