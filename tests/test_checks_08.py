@@ -217,6 +217,17 @@ def test_lr_schedule_rejects_cosine_that_never_reaches_min_lr():
     rejects(checks.lr_schedule, wrong, "never reaches min_lr")
 
 
+def test_lr_schedule_rejects_a_cosine_counted_from_step_0():
+    def wrong(step, max_lr, warmup_steps, total_steps, min_lr=0.0):
+        if step < warmup_steps:
+            return max_lr * step / warmup_steps
+        if step >= total_steps:
+            return min_lr
+        return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * step / total_steps))
+
+    rejects(checks.lr_schedule, wrong, "starts at step 0 instead of at the end of the warm-up")
+
+
 def test_lr_schedule_rejects_no_warmup():
     def wrong(step, max_lr, warmup_steps, total_steps, min_lr=0.0):
         if step >= total_steps:
@@ -443,6 +454,28 @@ def test_train_step_rejects_a_hard_coded_device():
     # The error depends on the torch build (a CPU build: "Torch not compiled with CUDA enabled"; a CUDA
     # build without a GPU: "Found no NVIDIA driver ..."); the hint must come with either.
     rejects(checks.train_step, wrong, "raised an exception", "next(model.parameters()).device")
+
+
+def test_train_step_rejects_a_batch_left_on_the_cpu():
+    # passes every case of a CPU-only machine; on a GPU, model(x) fails (a learner's mistake, and the third bug of
+    # notebook 08's "find the bug")
+    def wrong(model, batch, optimizer, ignore_index, clip=1.0):
+        x, y = batch
+        optimizer.zero_grad()
+        loss = ref.lm_loss(model(x), y, ignore_index)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        return loss.item()
+
+    rejects(checks.train_step, wrong, "stays on the CPU", "next(model.parameters()).device")
+
+    def only_x(model, batch, optimizer, ignore_index, clip=1.0):
+        x, y = batch
+        return wrong(model, (x.to(next(model.parameters()).device), y), optimizer, ignore_index, clip)
+
+    rejects(checks.train_step, only_x, "stays on the CPU", "y.to(device)")
 
 
 @pytest.mark.parametrize("message", [

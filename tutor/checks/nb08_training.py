@@ -173,8 +173,8 @@ def _schedule_mistakes(max_lr, warmup, total, min_lr):
         ("the cosine never reaches min_lr: progress must be (step - warmup_steps) / (total_steps - warmup_steps), "
          "which is 1 at total_steps",
          after(lambda s: _cos(max_lr, min_lr, (s - W) / N))),
-        ("the cosine never reaches min_lr: progress must be (step - warmup_steps) / (total_steps - warmup_steps), "
-         "which is 1 at total_steps",
+        ("the cosine starts at step 0 instead of at the end of the warm-up: progress must be (step - warmup_steps) "
+         "/ (total_steps - warmup_steps), which is 0 when the warm-up ends and 1 at total_steps",
          after(lambda s: _cos(max_lr, min_lr, s / N))),
         ("there is no warm-up: for step < warmup_steps the rate rises linearly, max_lr * step / warmup_steps",
          lambda s: min_lr if s >= N else _cos(max_lr, min_lr, s / N)),
@@ -517,8 +517,23 @@ def _check_train_step(fn):
                                     "the caller decides the mode (and `fit` sets it once)")
             if not model.seen:
                 raise Mismatch("train_step never ran the model", hint="logits = model(x)")
+    with case("the model on a GPU, the batch on the CPU (PyTorch's 'meta' device stands in for the GPU)"):
+        model = at(beside.Toy)(V, dropout=0.0).to("meta")
+        opt = at(torch.optim.SGD)(model.parameters(), lr=0.1)
+        try:
+            call(at(beside.like_a_gpu), fn, model, b1, opt, ignore,
+                 what="train_step(model on the meta device, (x, y) on the CPU, optimizer, ignore_index)")
+        except LearnerError as error:
+            if "at least two devices" in str(error.error):
+                raise Mismatch("the batch stays on the CPU while the model is on another device: on a GPU, "
+                               "model(x) fails with tensors on two devices",
+                               [str(error.error)[:200]],
+                               hint="move both x and y to the model's device first: "
+                                    "device = next(model.parameters()).device, then x, y = x.to(device), "
+                                    "y.to(device)") from None
+            # anything else is what a meta tensor cannot do (loss.item() has no value to give): not this case's
     return ("{cases} cases: clipping on and off, two calls in a row, ignore_index 6, 0 and -100, a GPT with AdamW, "
-            "modes kept")
+            "modes kept, the batch moved to the model's device")
 
 
 def ref_batch(names):
