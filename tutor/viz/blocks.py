@@ -197,7 +197,7 @@ def block_diagrams(which=("pre-norm", "post-norm", "normalised stream (bug)")):
     """Pre-norm (what we build), post-norm (the 2017 Transformer) and the normalised-stream bug."""
     layouts = {
         "pre-norm": ([("branch", [("ln1", NORM), ("attention", ATTN)]), ("branch", [("ln2", NORM), ("MLP", MLPC)])],
-                     "pre-norm (this course, GPT-2, Llama)\nx = x + attn(ln1(x)); x = x + mlp(ln2(x))"),
+                     "pre-norm (this course, GPT-2, Llama)\neach sublayer reads a normalised copy"),
         "post-norm": ([("branch", [("attention", ATTN)]), ("stream_norm", "ln1"),
                        ("branch", [("MLP", MLPC)]), ("stream_norm", "ln2")],
                       "post-norm (the 2017 Transformer)\nx = ln1(x + attn(x)); x = ln2(x + mlp(x))"),
