@@ -234,6 +234,21 @@ def test_same_as_answer_sees_renamed_and_reformatted_copies_only():
     assert review.same_as_answer(other, exercise) is None
 
 
+def test_same_as_answer_sees_copies_padded_nested_or_renamed():
+    # a hostile student's three ways past the first version (stop 50): a `pass` added, the copy under `if True:`,
+    # the copy under another name bound to the exercise's later; each scored full marks with no flag
+    exercise = catalog.BY_NAME["lr_schedule"]
+    answer = inspect.getsource(reference.lr_schedule)
+    padded = answer.rstrip("\n") + "\n    pass\n    ...\n"
+    nested = "if True:\n" + "".join("    " + line for line in answer.splitlines(keepends=True))
+    renamed = answer.replace("def lr_schedule(", "def my_schedule(") + "\nlr_schedule = my_schedule\n"
+    for copy in (padded, nested, renamed):
+        assert review.same_as_answer(copy, exercise) == "tutor/reference/training.py", copy
+    honest = answer.replace("return min_lr\n", "return min_lr + 0.0 * step\n")
+    assert honest != answer and review.same_as_answer(honest, exercise) is None
+    assert review.statements(review.answer_definition(exercise)) > 3  # long enough to be flagged when graded
+
+
 @pytest.mark.parametrize("source, reason", [
     ("import threading\nthreading.Thread(target=print).start()", "starts threads"),
     ("import IPython.display\nIPython.display.publish_display_data = print", "display machinery"),
@@ -256,6 +271,9 @@ def test_same_as_answer_sees_renamed_and_reformatted_copies_only():
     ("import transformers as t", "notebook 12's GPT-2"),
     ("from transformer_lens import HookedTransformer", "notebook 14's hooks"),
     ("import tiktoken", "notebook 11's BPE"),
+    ("import pydoc\nLinear = pydoc.locate('peft.tuners.lora.layer.Linear')", "imports modules by name"),
+    ("import pydoc\nLinear = pydoc.locate('peft.tuners.lora.layer.Linear')", "notebook 13's LoRA"),
+    ("import runpy", "runs modules by name"),
 ])
 def test_the_review_flags_code_that_reaches_for_the_machinery(source, reason):
     found = review.flags(source, "cell 3 (a cell you added)")

@@ -19,8 +19,10 @@ worth an instructor's look, and are flagged for review with the cell, the line a
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import os
+import re
 from dataclasses import dataclass
 
 from tutor.course import catalog
@@ -36,7 +38,9 @@ MODULES = {
     "zmq": "reaches the kernel's channels", "jupyter_client": "reaches the kernel", "comm": "reaches the kernel",
     "builtins": "replaces built-in functions", "importlib": "imports modules by name or reloads them",
     "inspect": "reads frames and source", "dis": "reads bytecode", "code": "runs code built at run time",
-    "marshal": "loads code objects", "tutor.grading": "reaches the grader",
+    "marshal": "loads code objects", "pydoc": "imports modules by name (pydoc.locate)",
+    "pkgutil": "imports modules by name", "runpy": "runs modules by name", "pickle": "loads objects by name",
+    "tutor.grading": "reaches the grader",
     "tutor.checks.harness": "reaches the checks' machinery",
 }
 # Libraries that do exercises' work: the course's parity cells use them, a learner's cells need not.
@@ -181,6 +185,9 @@ def flags(source: str, cell: str) -> list[Flag]:
             hit = next((s for s in STRINGS if s in node.value), None)
             if hit:
                 flag(node, f"names the grader's machinery ({hit!r})")
+            library = re.fullmatch(r"(\w+)(\.[\w.]*)?", node.value.strip())
+            if library and library.group(1) in LIBRARIES:  # a module path in a string: imported by name
+                flag(node, _module_reason(node.value.strip()))
     return [Flag(cell, line, (lines[line - 1].strip() if 0 < line <= len(lines) else "")[:100], tuple(why))
             for line, why in sorted(found.items())]
 
@@ -203,6 +210,15 @@ class _Normalise(ast.NodeTransformer):
 
     def visit_arg(self, node):
         return ast.copy_location(ast.arg(self._name(node.arg), None), node)
+
+    def generic_visit(self, node):
+        node = super().generic_visit(node)
+        for field in ("body", "orelse", "finalbody"):  # statements that do nothing (pass, a bare constant) go
+            body = getattr(node, field, None)
+            if isinstance(body, list) and body and all(isinstance(b, ast.stmt) for b in body):
+                kept = [b for b in body if not _does_nothing(b)]
+                setattr(node, field, kept or ([ast.Pass()] if field == "body" else []))
+        return node
 
     def _body(self, node):
         body = node.body
@@ -233,6 +249,11 @@ class _Normalise(ast.NodeTransformer):
         return ast.copy_location(ast.Assign([self.visit(node.target)], self.visit(node.value)), node)
 
 
+def _does_nothing(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr)
+                                               and isinstance(statement.value, ast.Constant))
+
+
 def normalised(node: ast.AST) -> str:
     """``ast.dump`` of ``node`` with names, docstrings and annotations normalised away."""
     return ast.dump(_Normalise().visit(node), annotate_fields=False)
@@ -254,19 +275,34 @@ def statements(node: ast.AST | None) -> int:
     return 0 if node is None else sum(isinstance(n, ast.stmt) for n in ast.walk(node)) - 1
 
 
-def same_as_answer(source: str, exercise: catalog.Exercise) -> str | None:
-    """``"tutor/reference/attention.py"`` when the learner's definition of the exercise in ``source`` is the
-    model answer's with only names, formatting, comments, docstrings or annotations changed."""
+def answer_definition(exercise: catalog.Exercise) -> ast.AST | None:
+    """The model answer's ``def``/``class`` of ``exercise``, parsed from its module's source."""
     from tutor import reference
 
-    mine = definition(source, exercise.learner_name)
     answer = inspect.unwrap(getattr(reference, exercise.reference))
     try:
-        theirs = definition(inspect.getsource(inspect.getmodule(answer)), answer.__name__)
+        return definition(inspect.getsource(inspect.getmodule(answer)), answer.__name__)
     except (OSError, TypeError):
         return None
-    if mine is None or theirs is None or type(mine) is not type(theirs):
+
+
+def same_as_answer(source: str, exercise: catalog.Exercise) -> str | None:
+    """``"tutor/reference/attention.py"`` when a definition in ``source`` is the model answer's with only names,
+    formatting, comments, docstrings, annotations or statements that do nothing changed. Any ``def``/``class`` of
+    the cell counts, whatever its name and however deep (a copy renamed and bound to the exercise's name later, or
+    one under ``if True:``)."""
+    from tutor import reference
+
+    theirs = answer_definition(exercise)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
         return None
-    if normalised(mine) != normalised(theirs):
+    if theirs is None:
         return None
-    return "tutor/reference/" + os.path.basename(inspect.getsourcefile(answer))
+    target = normalised(theirs)
+    for mine in ast.walk(tree):
+        if type(mine) is type(theirs) and normalised(copy.deepcopy(mine)) == target:  # (normalising edits a tree)
+            answer = inspect.unwrap(getattr(reference, exercise.reference))
+            return "tutor/reference/" + os.path.basename(inspect.getsourcefile(answer))
+    return None

@@ -266,9 +266,9 @@ def review_notebook(learner: list[PlannedCell], number: int) -> tuple[list[str],
         where = review.same_as_answer(sources[-1], exercise) if sources else None
         # A definition of a few statements matches the model answer by chance (6 of 8 honest students of one class
         # were flagged so): only longer ones are flagged.
-        if where and review.statements(review.definition(sources[-1], exercise.learner_name)) > SHORT:
+        if where and review.statements(review.answer_definition(exercise)) > SHORT:
             same[exercise.name] = [f"the code of `{exercise.learner_name}` is the model answer's ({where}) with only "
-                                   "names, formatting, comments or annotations changed"]
+                                   "names, formatting, comments, annotations or no-op statements changed"]
     return lines, same
 
 
